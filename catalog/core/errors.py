@@ -1,0 +1,63 @@
+"""Errors the core raises; each surface maps them to its own wire form (problem JSON, JSON-RPC)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One invalid input: ``pointer`` is a JSON Pointer into the request body (RFC 6901)."""
+
+    pointer: str
+    detail: str
+
+
+class CatalogError(Exception):
+    status: int = 400
+    title: str = "Bad request"
+
+    def __init__(self, detail: str, *, errors: list[FieldError] | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.errors = errors or []
+
+
+class InvalidInput(CatalogError):
+    status = 422
+    title = "Invalid input"
+
+
+class NotFound(CatalogError):
+    status = 404
+    title = "Not found"
+
+
+class Conflict(CatalogError):
+    status = 409
+    title = "Conflict"
+
+
+class PreconditionFailed(CatalogError):
+    status = 412
+    title = "Precondition failed"
+
+
+class TooLarge(CatalogError):
+    status = 413
+    title = "Content too large"
+
+
+class Forbidden(CatalogError):
+    status = 403
+    title = "Forbidden"
+
+
+class Unauthenticated(CatalogError):
+    status = 401
+    title = "Unauthorized"
+
+
+class Unavailable(CatalogError):
+    status = 503
+    title = "Service unavailable"

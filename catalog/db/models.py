@@ -1,0 +1,229 @@
+"""The catalogue schema as SQLAlchemy Core tables: the one description Alembic migrates to.
+
+Rules the layout follows (design, Part 2):
+- ``tenant_id`` leads every primary and unique key, so the schema can be distributed by tenant.
+- URIs are ``text COLLATE "C"``: listing order is byte order and prefix grants become index ranges.
+- Blob bytes live in ``blobs`` only; resource rows hold a sha256 reference, so listings never read them.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKeyConstraint,
+    Identity,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+# Byte-order text: keyset paging and prefix ranges on an ordinary btree index.
+UriText = Text(collation="C")
+
+
+def _timestamp(name: str) -> Column:
+    return Column(name, DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("slug", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    _timestamp("created_at"),
+    UniqueConstraint("slug"),
+    CheckConstraint("slug ~ '^[a-z0-9][a-z0-9-]{0,62}$'", name="slug_format"),
+)
+
+blobs = Table(
+    "blobs",
+    metadata,
+    Column("tenant_id", BigInteger, nullable=False),
+    Column("sha256", Text(collation="C"), nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("mime_type", Text, nullable=True),
+    Column("data", LargeBinary, nullable=False),
+    _timestamp("created_at"),
+    PrimaryKeyConstraint("tenant_id", "sha256"),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.id"], ondelete="CASCADE"),
+    CheckConstraint("sha256 ~ '^[0-9a-f]{64}$'", name="sha256_hex"),
+)
+
+resources = Table(
+    "resources",
+    metadata,
+    Column("tenant_id", BigInteger, nullable=False),
+    Column("id", BigInteger, Identity(always=False), nullable=False),
+    Column("uri", UriText, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("title", Text, nullable=True),
+    Column("description", Text, nullable=True),
+    Column("mime_type", Text, nullable=True),
+    Column("size", BigInteger, nullable=True),
+    Column("icons", JSONB, nullable=True),
+    Column("annotations", JSONB, nullable=True),
+    Column("meta", JSONB, nullable=True),
+    Column("tags", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("consent_message", Text, nullable=True),
+    Column("text", Text, nullable=True),
+    Column("blob_sha256", Text(collation="C"), nullable=True),
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    _timestamp("created_at"),
+    _timestamp("updated_at"),
+    _timestamp("content_changed_at"),
+    PrimaryKeyConstraint("tenant_id", "id"),
+    UniqueConstraint("tenant_id", "uri"),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.id"], ondelete="CASCADE"),
+    ForeignKeyConstraint(["tenant_id", "blob_sha256"], ["blobs.tenant_id", "blobs.sha256"]),
+    CheckConstraint("text IS NULL OR blob_sha256 IS NULL", name="one_content"),
+    Index("ix_resources_tags", "tags", postgresql_using="gin"),
+)
+
+resource_versions = Table(
+    "resource_versions",
+    metadata,
+    Column("tenant_id", BigInteger, nullable=False),
+    Column("resource_id", BigInteger, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("uri", UriText, nullable=False),
+    # The resource's metadata as it was at that version (camelCase, as the admin API shows it).
+    Column("snapshot", JSONB, nullable=False),
+    Column("text", Text, nullable=True),
+    Column("blob_sha256", Text(collation="C"), nullable=True),
+    Column("changed_by", Text, nullable=False),
+    _timestamp("changed_at"),
+    PrimaryKeyConstraint("tenant_id", "resource_id", "version"),
+    ForeignKeyConstraint(
+        ["tenant_id", "resource_id"], ["resources.tenant_id", "resources.id"], ondelete="CASCADE"
+    ),
+)
+
+templates = Table(
+    "templates",
+    metadata,
+    Column("tenant_id", BigInteger, nullable=False),
+    Column("id", BigInteger, Identity(always=False), nullable=False),
+    Column("uri_template", UriText, nullable=False),
+    # The literal text before the first expression: what grants by prefix and completion match on.
+    Column("literal_prefix", UriText, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("title", Text, nullable=True),
+    Column("description", Text, nullable=True),
+    Column("mime_type", Text, nullable=True),
+    Column("icons", JSONB, nullable=True),
+    Column("annotations", JSONB, nullable=True),
+    Column("meta", JSONB, nullable=True),
+    Column("tags", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("text", Text, nullable=True),
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    _timestamp("created_at"),
+    _timestamp("updated_at"),
+    PrimaryKeyConstraint("tenant_id", "id"),
+    UniqueConstraint("tenant_id", "uri_template"),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.id"], ondelete="CASCADE"),
+    Index("ix_templates_tenant_id_literal_prefix", "tenant_id", "literal_prefix"),
+)
+
+grants = Table(
+    "grants",
+    metadata,
+    Column("tenant_id", BigInteger, nullable=False),
+    Column("id", BigInteger, Identity(always=False), nullable=False),
+    Column("scope", Text, nullable=False),
+    Column("uri", UriText, nullable=True),
+    Column("uri_prefix", UriText, nullable=True),
+    Column("tag", Text, nullable=True),
+    _timestamp("created_at"),
+    PrimaryKeyConstraint("tenant_id", "id"),
+    UniqueConstraint("tenant_id", "scope", "uri", "uri_prefix", "tag", postgresql_nulls_not_distinct=True),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.id"], ondelete="CASCADE"),
+    CheckConstraint("num_nonnulls(uri, uri_prefix, tag) = 1", name="one_selector"),
+)
+
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("tenant_id", BigInteger, nullable=False),
+    Column("id", BigInteger, Identity(always=False), nullable=False),
+    Column("name", Text, nullable=True),
+    # sha256 of the whole token string; the token itself is never stored.
+    Column("token_hash", LargeBinary, nullable=False),
+    Column("scopes", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("is_admin", Boolean, nullable=False, server_default=text("false")),
+    Column("expires_at", DateTime(timezone=True), nullable=True),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+    _timestamp("created_at"),
+    PrimaryKeyConstraint("tenant_id", "id"),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.id"], ondelete="CASCADE"),
+    # The one key that cannot start with tenant_id: a bearer token is looked up before its tenant
+    # is known. On a tenant-distributed cluster this table is a reference table.
+    Index("ix_tokens_token_hash", "token_hash", unique=True),
+)
+
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("tenant_id", BigInteger, nullable=False),
+    Column("id", BigInteger, Identity(always=False), nullable=False),
+    _timestamp("at"),
+    Column("principal", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("target_kind", Text, nullable=False),
+    Column("target_id", BigInteger, nullable=True),
+    Column("uri", UriText, nullable=True),
+    Column("before_digest", Text, nullable=True),
+    Column("after_digest", Text, nullable=True),
+    Column("detail", JSONB, nullable=True),
+    PrimaryKeyConstraint("tenant_id", "id"),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.id"], ondelete="CASCADE"),
+)
+
+# Written by triggers (see migrations), so a change made from any SQL session is in the feed too.
+change_feed = Table(
+    "change_feed",
+    metadata,
+    Column("tenant_id", BigInteger, nullable=False),
+    Column("seq", BigInteger, Identity(always=False), nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("uri", UriText, nullable=True),
+    Column("op", Text, nullable=False),
+    _timestamp("at"),
+    PrimaryKeyConstraint("tenant_id", "seq"),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.id"], ondelete="CASCADE"),
+    CheckConstraint("kind IN ('resource', 'template', 'grant')", name="kind"),
+    CheckConstraint("op IN ('created', 'updated', 'deleted')", name="op"),
+)
+
+TENANT_TABLES = (
+    "blobs",
+    "resources",
+    "resource_versions",
+    "templates",
+    "grants",
+    "tokens",
+    "audit_log",
+    "change_feed",
+)

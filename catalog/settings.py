@@ -1,0 +1,135 @@
+"""Settings: read once from the environment (prefix ``CATALOG_``), validated with clear messages.
+
+Secrets that are not given (the cursor/request-state signing key and the platform admin token) are
+generated once and kept, mode 0600, in ``CATALOG_HOME`` so every worker and every restart agrees.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated
+
+import platformdirs
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
+LOOPBACK_ORIGINS = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
+
+
+class ConfigError(Exception):
+    """Configuration that cannot work; the message is one line meant for an operator."""
+
+
+def _split_list(value: object) -> object:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CATALOG_", extra="ignore")
+
+    database_url: str | None = Field(default=None, description="PostgreSQL URL (asyncpg driver)")
+    home: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("catalog")))
+    admin_token: SecretStr | None = None
+    secret_key: SecretStr | None = None
+    public_tenant: str | None = None
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(LOOPBACK_HOSTS))
+    allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(LOOPBACK_ORIGINS))
+    max_blob_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    statement_timeout_ms: int = Field(default=15_000, ge=0)
+
+    @field_validator("allowed_hosts", "allowed_origins", mode="before")
+    @classmethod
+    def _lists(cls, value: object) -> object:
+        return _split_list(value)
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        try:
+            url = make_url(value)
+        except ArgumentError as exc:
+            raise ValueError(f"not a database URL ({exc})") from None
+        if url.get_backend_name() != "postgresql":
+            raise ValueError("must be a postgresql URL, e.g. postgresql+asyncpg://user@host/db")
+        return value
+
+    @field_validator("public_tenant")
+    @classmethod
+    def _public_tenant(cls, value: str | None) -> str | None:
+        return value or None
+
+    @property
+    def uses_embedded_database(self) -> bool:
+        return self.database_url is None
+
+    def async_database_url(self) -> URL:
+        """The configured URL with the asyncpg driver, whatever driver the operator wrote."""
+        assert self.database_url is not None
+        return make_url(self.database_url).set(drivername="postgresql+asyncpg")
+
+    def ensure_home(self) -> Path:
+        try:
+            self.home.mkdir(parents=True, exist_ok=True)
+            probe = self.home / ".write-probe"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            raise ConfigError(f"CATALOG_HOME {self.home} is not writable: {exc.strerror or exc}") from None
+        return self.home
+
+    def signing_key(self) -> bytes:
+        if self.secret_key is not None:
+            return self.secret_key.get_secret_value().encode()
+        return _kept_secret(self.ensure_home() / "secret_key", lambda: secrets.token_urlsafe(48)).encode()
+
+    def platform_admin_token(self) -> tuple[str, bool]:
+        """The platform admin token, and whether it was generated just now (so `serve` prints it)."""
+        if self.admin_token is not None:
+            return self.admin_token.get_secret_value(), False
+        path = self.ensure_home() / "admin_token"
+        existed = path.exists()
+        token = _kept_secret(path, lambda: "cat_" + secrets.token_urlsafe(32))
+        return token, not existed
+
+
+def _kept_secret(path: Path, generate: object) -> str:
+    """Read a secret kept in a 0600 file, creating it atomically on first use."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    value = generate()  # type: ignore[operator]
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(value)
+    try:
+        # link() fails if another process won the race; then its value is the one kept.
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path.read_text().strip()
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    from pydantic import ValidationError
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = "CATALOG_" + str(first["loc"][0]).upper() if first["loc"] else "settings"
+        raise ConfigError(f"{name}: {first['msg']}") from None

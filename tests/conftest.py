@@ -1,0 +1,151 @@
+"""Test fixtures: real PostgreSQL only.
+
+The server is ``CATALOG_TEST_DATABASE_URL`` when set, else an embedded PostgreSQL started for the
+session. The schema is migrated once into a template database; each test gets its own clone
+(``CREATE DATABASE ... TEMPLATE``), so tests are isolated and cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import tempfile
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import pytest
+import uvicorn
+from sqlalchemy.engine import make_url
+
+from catalog.db import migrate
+from catalog.db.embedded import EmbeddedPostgres
+from catalog.settings import Settings
+
+
+@dataclass(frozen=True)
+class PostgresServer:
+    """Where the test databases live: a URL template and an asyncpg DSN for maintenance work."""
+
+    url: str  # SQLAlchemy URL of the maintenance database
+    embedded: EmbeddedPostgres | None
+
+    def url_for(self, database: str) -> str:
+        return make_url(self.url).set(database=database).render_as_string(hide_password=False)
+
+    def dsn_for(self, database: str) -> str:
+        return make_url(self.url_for(database)).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    configured = os.environ.get("CATALOG_TEST_DATABASE_URL")
+    if configured:
+        yield PostgresServer(url=make_url(configured).set(drivername="postgresql+asyncpg").render_as_string(False), embedded=None)
+        return
+    home = Path(tempfile.mkdtemp(prefix="catalog-test-pg-"))
+    embedded = EmbeddedPostgres(home, extra_settings={"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"})
+    embedded.start()
+    try:
+        yield PostgresServer(url=embedded.url("postgres"), embedded=embedded)
+    finally:
+        embedded.release()
+
+
+async def _admin(server: PostgresServer, sql: str) -> None:
+    maintenance = make_url(server.url).database or "postgres"
+    conn = await asyncpg.connect(server.dsn_for(maintenance))
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def template_database(postgres_server: PostgresServer) -> Iterator[str]:
+    name = f"catalog_tpl_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    asyncio.run(_admin(postgres_server, f'CREATE DATABASE "{name}"'))
+    migrate.upgrade(postgres_server.url_for(name))
+    try:
+        yield name
+    finally:
+        asyncio.run(_admin(postgres_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+async def database_url(postgres_server: PostgresServer, template_database: str) -> AsyncIterator[str]:
+    """A fresh, migrated database of this test's own."""
+    name = f"catalog_t_{uuid.uuid4().hex[:12]}"
+    await _admin(postgres_server, f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
+    try:
+        yield postgres_server.url_for(name)
+    finally:
+        await _admin(postgres_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def empty_database_url(postgres_server: PostgresServer) -> AsyncIterator[str]:
+    """A database with no schema at all (for migration tests)."""
+    name = f"catalog_e_{uuid.uuid4().hex[:12]}"
+    await _admin(postgres_server, f'CREATE DATABASE "{name}"')
+    try:
+        yield postgres_server.url_for(name)
+    finally:
+        await _admin(postgres_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path) -> Settings:
+    return Settings(
+        database_url=database_url,
+        home=tmp_path / "home",
+        admin_token="cat_test-platform-admin-token",
+        secret_key="test-secret-key-0123456789abcdef",
+        public_tenant=None,
+    )
+
+
+def free_port() -> int:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class LiveServer:
+    base_url: str
+    app: object
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.base_url}/mcp"
+
+
+@contextlib.contextmanager
+def run_live_server(app: object) -> Iterator[LiveServer]:
+    """Serve ``app`` with uvicorn on a free loopback port in a thread, for real-HTTP clients."""
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")  # type: ignore[arg-type]
+    server = uvicorn.Server(config)
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    started = threading.Event()
+
+    def wait_started() -> None:
+        while not server.started and thread.is_alive():
+            started.wait(0.02)
+
+    wait_started()
+    if not server.started:
+        raise RuntimeError("test server did not start")
+    try:
+        yield LiveServer(base_url=f"http://127.0.0.1:{port}", app=app)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
