@@ -39,17 +39,26 @@ class PostgresServer:
         return make_url(self.url).set(database=database).render_as_string(hide_password=False)
 
     def dsn_for(self, database: str) -> str:
-        return make_url(self.url_for(database)).set(drivername="postgresql").render_as_string(hide_password=False)
+        return (
+            make_url(self.url_for(database))
+            .set(drivername="postgresql")
+            .render_as_string(hide_password=False)
+        )
 
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     configured = os.environ.get("CATALOG_TEST_DATABASE_URL")
     if configured:
-        yield PostgresServer(url=make_url(configured).set(drivername="postgresql+asyncpg").render_as_string(False), embedded=None)
+        yield PostgresServer(
+            url=make_url(configured).set(drivername="postgresql+asyncpg").render_as_string(False),
+            embedded=None,
+        )
         return
     home = Path(tempfile.mkdtemp(prefix="catalog-test-pg-"))
-    embedded = EmbeddedPostgres(home, extra_settings={"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"})
+    embedded = EmbeddedPostgres(
+        home, extra_settings={"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+    )
     embedded.start()
     try:
         yield PostgresServer(url=embedded.url("postgres"), embedded=embedded)

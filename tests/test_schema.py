@@ -83,7 +83,8 @@ async def test_resource_triggers_notify_and_feed_on_insert_update_delete(
 ) -> None:
     tenant = await make_tenant(conn, "acme")
     await conn.execute(
-        "INSERT INTO resources (tenant_id, uri, name, text) VALUES ($1, 'file:///a.txt', 'a', 'hello')", tenant
+        "INSERT INTO resources (tenant_id, uri, name, text) VALUES ($1, 'file:///a.txt', 'a', 'hello')",
+        tenant,
     )
     created = await notifications.next()
     await conn.execute("UPDATE resources SET text = 'bye' WHERE uri = 'file:///a.txt'")
@@ -99,7 +100,9 @@ async def test_resource_triggers_notify_and_feed_on_insert_update_delete(
             "o": op,
         }
     assert created["s"] < updated["s"] < deleted["s"]
-    feed = await conn.fetch("SELECT seq, kind, uri, op FROM change_feed WHERE tenant_id = $1 ORDER BY seq", tenant)
+    feed = await conn.fetch(
+        "SELECT seq, kind, uri, op FROM change_feed WHERE tenant_id = $1 ORDER BY seq", tenant
+    )
     assert [(r["seq"], r["op"]) for r in feed] == [
         (created["s"], "created"),
         (updated["s"], "updated"),
@@ -119,7 +122,9 @@ async def test_moving_a_resource_is_a_deletion_and_a_creation(
     assert (second["u"], second["o"]) == ("test://new", "created")
 
 
-async def test_template_and_grant_triggers_notify(conn: asyncpg.Connection, notifications: Notifications) -> None:
+async def test_template_and_grant_triggers_notify(
+    conn: asyncpg.Connection, notifications: Notifications
+) -> None:
     tenant = await make_tenant(conn, "acme")
     await conn.execute(
         "INSERT INTO templates (tenant_id, uri_template, literal_prefix, name)"

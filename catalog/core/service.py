@@ -21,3 +21,7 @@ class Catalog:
     @cached_property
     def signing_key(self) -> bytes:
         return self.settings.signing_key()
+
+    @cached_property
+    def platform_admin_token(self) -> str:
+        return self.settings.platform_admin_token()[0]

@@ -1,0 +1,61 @@
+"""Typed FastAPI dependencies: the catalog, the calling principal, the tenant it administers."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Path, Request
+
+from catalog.auth import authenticate
+from catalog.core.errors import Forbidden, NotFound, Unauthenticated
+from catalog.core.principal import Principal
+from catalog.core.service import Catalog
+from catalog.core.tenants import Tenant, find_tenant
+
+
+def get_catalog(request: Request) -> Catalog:
+    return request.app.state.catalog
+
+
+CatalogDep = Annotated[Catalog, Depends(get_catalog)]
+
+
+async def get_principal(request: Request, catalog: CatalogDep) -> Principal:
+    if "access_token" in request.query_params:
+        raise Unauthenticated("tokens are accepted only in the Authorization header, never in the URL")
+    principal = await authenticate(catalog, request.headers.get("authorization"))
+    if principal is None:
+        raise Unauthenticated("this API needs a bearer token")
+    return principal
+
+
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+async def require_platform_admin(principal: PrincipalDep) -> Principal:
+    if not principal.is_platform_admin:
+        raise Forbidden("only the platform admin may do this")
+    return principal
+
+
+PlatformAdminDep = Annotated[Principal, Depends(require_platform_admin)]
+
+
+async def get_admin_tenant(
+    principal: PrincipalDep,
+    catalog: CatalogDep,
+    slug: Annotated[str, Path(description="the tenant's slug", max_length=63)],
+) -> Tenant:
+    """The tenant named in the path, if the caller administers it (403 otherwise, 404 if unknown)."""
+    if not principal.is_platform_admin and principal.tenant_slug != slug:
+        # A tenant admin learns nothing about other tenants, not even whether they exist.
+        raise Forbidden("this token does not administer that tenant")
+    tenant = await find_tenant(catalog, slug)
+    if tenant is None:
+        raise NotFound(f"no tenant {slug!r}")
+    if not principal.administers(tenant.id):
+        raise Forbidden("this token is not an admin token of the tenant")
+    return tenant
+
+
+AdminTenantDep = Annotated[Tenant, Depends(get_admin_tenant)]

@@ -1,0 +1,78 @@
+"""RFC 9457 problem details for every admin API error, including FastAPI's own validation errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from catalog.core.errors import CatalogError, FieldError, Unauthenticated
+
+PROBLEM_TYPE_BASE = "https://catalog.invalid/problems/"
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+
+def problem_response(
+    status: int,
+    title: str,
+    detail: str,
+    errors: list[FieldError] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body: dict[str, Any] = {
+        "type": PROBLEM_TYPE_BASE + title.lower().replace(" ", "-"),
+        "title": title,
+        "status": status,
+        "detail": detail,
+    }
+    if errors:
+        body["errors"] = [{"pointer": e.pointer, "detail": e.detail} for e in errors]
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_MEDIA_TYPE, headers=headers)
+
+
+def pointer_for(location: tuple[int | str, ...] | list[int | str]) -> str:
+    """A JSON Pointer (RFC 6901) for a pydantic error location, dropping FastAPI's 'body' root."""
+    parts = list(location)
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        kind = parts.pop(0)
+        if kind != "body":
+            return "#/" + kind + "/" + "/".join(str(p) for p in parts)
+    return "/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in parts) if parts else ""
+
+
+def field_errors(errors: list[dict[str, Any]] | Any) -> list[FieldError]:
+    found = []
+    for error in errors:
+        message = str(error.get("msg", "invalid"))
+        if message.startswith("Value error, "):
+            message = message[len("Value error, ") :]
+        found.append(FieldError(pointer_for(error.get("loc", ())), message))
+    return found
+
+
+def install_problem_handlers(app: FastAPI, *, www_authenticate: str) -> None:
+    @app.exception_handler(CatalogError)
+    async def _catalog_error(request: Request, exc: CatalogError) -> JSONResponse:
+        headers = {"WWW-Authenticate": www_authenticate} if isinstance(exc, Unauthenticated) else None
+        return problem_response(exc.status, exc.title, exc.detail, exc.errors, headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return problem_response(422, "Invalid input", "the request is not valid", field_errors(exc.errors()))
+
+    @app.exception_handler(ValidationError)
+    async def _model_error(request: Request, exc: ValidationError) -> JSONResponse:
+        return problem_response(422, "Invalid input", "the request is not valid", field_errors(exc.errors()))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        title = {404: "Not found", 405: "Method not allowed", 401: "Unauthorized", 403: "Forbidden"}.get(
+            exc.status_code, "Error"
+        )
+        return problem_response(
+            exc.status_code, title, str(exc.detail), headers=getattr(exc, "headers", None)
+        )

@@ -1,0 +1,90 @@
+"""The one ASGI app: admin REST API, MCP endpoint, health probes."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+
+from catalog.core.service import Catalog
+from catalog.db.engine import create_engine, probe_app_role
+from catalog.db.migrate import head_revision
+from catalog.settings import ConfigError, Settings, get_settings
+
+logger = logging.getLogger("catalog")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    if settings.database_url is None:
+        raise ConfigError(
+            "the app needs CATALOG_DATABASE_URL; `catalog serve` provides it for the embedded server"
+        )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        url = settings.async_database_url()
+        engine = create_engine(
+            url, statement_timeout_ms=settings.statement_timeout_ms, app_role=await probe_app_role(url)
+        )
+        catalog = Catalog(engine=engine, settings=settings)
+        app.state.catalog = catalog
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                for hook in app.state.lifespan_hooks:
+                    await stack.enter_async_context(hook(catalog))
+                yield
+        finally:
+            await engine.dispose()
+
+    app = FastAPI(
+        title="catalog",
+        summary="A PostgreSQL-backed, multi-tenant catalogue of MCP resources",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.lifespan_hooks = []
+    expected_head = head_revision()
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> JSONResponse:
+        catalog: Catalog = app.state.catalog
+        checks: dict[str, str] = {}
+        try:
+            async with catalog.engine.connect() as conn:
+                revision = (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar()
+            checks["database"] = "ok"
+            checks["schema"] = (
+                "ok" if revision == expected_head else f"at {revision}, head is {expected_head}"
+            )
+        except (SQLAlchemyError, OSError) as exc:
+            checks["database"] = f"unreachable: {type(exc).__name__}"
+            checks["schema"] = "unknown"
+        for name, probe in catalog.readiness_probes.items():
+            checks[name] = probe()
+        ready = all(value == "ok" for value in checks.values())
+        return JSONResponse(
+            {"status": "ready" if ready else "not ready", "checks": checks}, 200 if ready else 503
+        )
+
+    _include_surfaces(app)
+    return app
+
+
+def _include_surfaces(app: FastAPI) -> None:
+    """Mount the admin API and the MCP endpoint (each module knows its own routes)."""
+    from catalog.admin import endpoints as admin_endpoints
+    from catalog.mcp import endpoint as mcp_endpoint
+
+    admin_endpoints.install(app)
+    mcp_endpoint.install(app)

@@ -1,0 +1,50 @@
+"""Who is calling: bearer tokens (and the anonymous public tenant) turned into a ``Principal``.
+
+One function for every surface; the admin API and the MCP endpoint differ only in what they do
+with a missing token (the MCP endpoint may fall back to the public tenant).
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from catalog.core.errors import Unauthenticated
+from catalog.core.principal import Principal
+from catalog.core.service import Catalog
+from catalog.core.tenants import find_tenant
+from catalog.core.tokens import principal_for_token
+from catalog.db.engine import TenantScope, transaction
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer`` header; None when there is no header."""
+    if authorization is None:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or " " in token:
+        raise Unauthenticated("the Authorization header must be 'Bearer <token>'")
+    return token
+
+
+async def authenticate(catalog: Catalog, authorization: str | None) -> Principal | None:
+    """The principal of a request's credentials; None when it carries none."""
+    token = bearer_token(authorization)
+    if token is None:
+        return None
+    if hmac.compare_digest(token.encode(), catalog.platform_admin_token.encode()):
+        return Principal.platform_admin()
+    async with transaction(catalog.engine, TenantScope.platform()) as conn:
+        principal = await principal_for_token(conn, token)
+    if principal is None:
+        raise Unauthenticated("the token is invalid, expired or revoked")
+    return principal
+
+
+async def anonymous_principal(catalog: Catalog) -> Principal | None:
+    """The principal of an anonymous MCP caller: the public tenant's ``public`` scope, if configured."""
+    slug = catalog.settings.public_tenant
+    if not slug:
+        return None
+    tenant = await find_tenant(catalog, slug)
+    return Principal.anonymous(tenant.id, tenant.slug) if tenant else None

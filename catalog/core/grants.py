@@ -1,0 +1,98 @@
+"""Grants: which scope sees which part of a tenant's catalogue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Row, delete, insert, select
+from sqlalchemy.exc import IntegrityError
+
+from catalog.core.audit import record_audit
+from catalog.core.errors import Conflict, NotFound
+from catalog.core.principal import Principal
+from catalog.core.schemas import GrantIn, GrantOut
+from catalog.core.service import Catalog
+from catalog.core.tenants import Tenant
+from catalog.db.engine import TenantScope, transaction
+from catalog.db.models import grants
+
+
+def grant_out(row: Row[Any]) -> GrantOut:
+    return GrantOut(
+        id=row.id,
+        scope=row.scope,
+        uri=row.uri,
+        uri_prefix=row.uri_prefix,
+        tag=row.tag,
+        created_at=row.created_at,
+    )
+
+
+def _selector(row: Row[Any] | GrantIn) -> str:
+    return row.uri or row.uri_prefix or f"tag:{row.tag}"
+
+
+async def create_grant(catalog: Catalog, principal: Principal, tenant: Tenant, body: GrantIn) -> GrantOut:
+    try:
+        async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+            row = (
+                await conn.execute(
+                    insert(grants)
+                    .values(
+                        tenant_id=tenant.id,
+                        scope=body.scope,
+                        uri=body.uri,
+                        uri_prefix=body.uri_prefix,
+                        tag=body.tag,
+                    )
+                    .returning(*grants.c)
+                )
+            ).one()
+            await record_audit(
+                conn,
+                tenant.id,
+                principal,
+                "grant.create",
+                "grant",
+                row.id,
+                _selector(row),
+                None,
+                None,
+                {"scope": row.scope},
+            )
+    except IntegrityError:
+        raise Conflict("the same grant exists already") from None
+    return grant_out(row)
+
+
+async def list_grants(catalog: Catalog, tenant: Tenant) -> list[GrantOut]:
+    async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+        rows = (
+            await conn.execute(select(grants).where(grants.c.tenant_id == tenant.id).order_by(grants.c.id))
+        ).all()
+    return [grant_out(row) for row in rows]
+
+
+async def delete_grant(catalog: Catalog, principal: Principal, tenant: Tenant, grant_id: int) -> None:
+    async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+        row = (
+            await conn.execute(
+                delete(grants)
+                .where(grants.c.tenant_id == tenant.id, grants.c.id == grant_id)
+                .returning(*grants.c)
+            )
+        ).one_or_none()
+        if row is None:
+            raise NotFound(f"no grant {grant_id}")
+        await record_audit(
+            conn,
+            tenant.id,
+            principal,
+            "grant.delete",
+            "grant",
+            row.id,
+            _selector(row),
+            None,
+            None,
+            {"scope": row.scope},
+        )

@@ -1,0 +1,360 @@
+"""The catalogue's JSON shapes: camelCase, the same Resource, Annotations and Icon as MCP.
+
+One set of models serves the admin API (bodies and responses), ``catalog import``/``export`` (JSONL
+lines are admin-API resource objects) and the conversion to MCP results, so a field is validated
+the same way wherever it enters.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from datetime import datetime
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from catalog.core.uris import InvalidUri, normalize_uri, validate_uri_prefix
+
+# RFC 6838 type/subtype with optional parameters.
+_TOKEN = r"[A-Za-z0-9!#$&^_.+-]{1,127}"
+MIME_TYPE_PATTERN = re.compile(rf"^{_TOKEN}/{_TOKEN}(\s*;\s*{_TOKEN}=(\"[^\"\\\r\n]*\"|{_TOKEN}))*$")
+_SIZES_PATTERN = re.compile(r"^(any|[1-9][0-9]{0,4}x[1-9][0-9]{0,4})$")
+DIRECTORY_MIME_TYPE = "inode/directory"
+MAX_TAGS = 64
+
+
+def _check_uri(value: str) -> str:
+    try:
+        return normalize_uri(value)
+    except InvalidUri as exc:
+        raise ValueError(exc.reason) from None
+
+
+def _check_prefix(value: str) -> str:
+    try:
+        return validate_uri_prefix(value)
+    except InvalidUri as exc:
+        raise ValueError(exc.reason) from None
+
+
+def _check_mime(value: str) -> str:
+    if not MIME_TYPE_PATTERN.fullmatch(value):
+        raise ValueError("not a media type (type/subtype, e.g. text/plain)")
+    return value
+
+
+def _check_icon_src(value: str) -> str:
+    lowered = value[:8].lower()
+    if lowered.startswith("https://"):
+        _check_uri(value)
+        return value
+    if lowered.startswith("data:"):
+        if not re.fullmatch(
+            r"data:[A-Za-z0-9!#$&^_.+-]+/[A-Za-z0-9!#$&^_.+-]+(;[^,]*)?,[^\s]*", value, re.DOTALL
+        ):
+            raise ValueError("a data: URI must look like data:image/png;base64,...")
+        return value
+    raise ValueError("an icon src must be an https URL or a data: URI")
+
+
+Uri = Annotated[str, StringConstraints(min_length=1, max_length=8192), AfterValidator(_check_uri)]
+UriPrefix = Annotated[str, StringConstraints(min_length=1, max_length=8192), AfterValidator(_check_prefix)]
+MimeType = Annotated[str, StringConstraints(max_length=255), AfterValidator(_check_mime)]
+ShortText = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+LongText = Annotated[str, StringConstraints(max_length=65_536)]
+Tag = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")]
+Scope = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", str_strip_whitespace=False
+    )
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class Icon(Model):
+    src: Annotated[str, StringConstraints(min_length=1, max_length=65_536), AfterValidator(_check_icon_src)]
+    mime_type: MimeType | None = None
+    sizes: list[Annotated[str, StringConstraints(pattern=_SIZES_PATTERN.pattern)]] | None = Field(
+        default=None, max_length=32
+    )
+    theme: Literal["light", "dark"] | None = None
+
+
+class Annotations(Model):
+    audience: list[Literal["user", "assistant"]] | None = Field(default=None, max_length=2)
+    priority: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
+    last_modified: datetime | None = None
+
+    @field_validator("last_modified")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("lastModified needs a time zone (e.g. 2025-01-12T15:00:58Z)")
+        return value
+
+
+Meta = dict[str, Any]
+
+
+class ResourceFields(Model):
+    """What a curator says about a resource (everything but its content)."""
+
+    uri: Uri
+    name: ShortText
+    title: ShortText | None = None
+    description: LongText | None = None
+    mime_type: MimeType | None = None
+    icons: list[Icon] | None = Field(default=None, max_length=16)
+    annotations: Annotations | None = None
+    tags: list[Tag] | None = Field(default=None, max_length=MAX_TAGS)
+    consent_message: LongText | None = None
+    meta: Meta | None = Field(default=None, alias="_meta")
+
+
+class ResourceIn(ResourceFields):
+    """A resource with at most one kind of content: ``text``, ``blob`` (base64) or ``blobSha256``."""
+
+    text: str | None = None
+    blob: str | None = None
+    blob_sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] | None = None
+
+    @field_validator("blob")
+    @classmethod
+    def _base64(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                raise ValueError("blob must be standard base64") from None
+        return value
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, value: str | None) -> str | None:
+        if value is not None and "\x00" in value:
+            raise ValueError("text cannot contain NUL characters; store it as a blob")
+        return value
+
+    @model_validator(mode="after")
+    def _one_content(self) -> ResourceIn:
+        given = [name for name in ("text", "blob", "blob_sha256") if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give at most one of text, blob, blobSha256 (got {', '.join(given)})")
+        if self.mime_type == DIRECTORY_MIME_TYPE and given:
+            raise ValueError("an inode/directory resource has no content")
+        return self
+
+    def blob_bytes(self) -> bytes | None:
+        return base64.b64decode(self.blob) if self.blob is not None else None
+
+
+class ResourcePatch(Model):
+    """A partial update: only the fields present change; ``null`` clears an optional field."""
+
+    uri: Uri | None = None
+    name: ShortText | None = None
+    title: ShortText | None = None
+    description: LongText | None = None
+    mime_type: MimeType | None = None
+    icons: list[Icon] | None = Field(default=None, max_length=16)
+    annotations: Annotations | None = None
+    tags: list[Tag] | None = Field(default=None, max_length=MAX_TAGS)
+    consent_message: LongText | None = None
+    meta: Meta | None = Field(default=None, alias="_meta")
+    text: str | None = None
+    blob: str | None = None
+    blob_sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] | None = None
+
+    _check_blob = field_validator("blob")(ResourceIn._base64.__func__)  # type: ignore[attr-defined]
+    _check_text = field_validator("text")(ResourceIn._text.__func__)  # type: ignore[attr-defined]
+
+    @model_validator(mode="after")
+    def _rules(self) -> ResourcePatch:
+        given = [name for name in ("text", "blob", "blob_sha256") if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give at most one of text, blob, blobSha256 (got {', '.join(given)})")
+        for required in ("uri", "name"):
+            if required in self.model_fields_set and getattr(self, required) is None:
+                raise ValueError(f"{required} cannot be null")
+        return self
+
+
+class ResourceOut(Model):
+    id: int
+    uri: str
+    name: str
+    title: str | None = None
+    description: str | None = None
+    mime_type: str | None = None
+    size: int | None = None
+    icons: list[Icon] | None = None
+    annotations: Annotations | None = None
+    tags: list[str] = Field(default_factory=list)
+    consent_message: str | None = None
+    meta: Meta | None = Field(default=None, alias="_meta")
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    blob_sha256: str | None = None
+    text: str | None = None
+    blob: str | None = None
+
+
+class ResourceVersionOut(Model):
+    version: int
+    uri: str
+    changed_at: datetime
+    changed_by: str
+    resource: dict[str, Any]
+    blob_sha256: str | None = None
+    text_sha256: str | None = None
+
+
+class BlobOut(Model):
+    sha256: str
+    size: int
+    mime_type: str | None = None
+
+
+T = TypeVar("T")
+
+
+class Page(BaseModel, Generic[T]):
+    model_config = ConfigDict(populate_by_name=True)
+
+    items: list[T]
+    next_cursor: str | None = Field(default=None, alias="nextCursor")
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class TemplateIn(Model):
+    uri_template: Annotated[str, StringConstraints(min_length=1, max_length=8192)]
+    name: ShortText
+    title: ShortText | None = None
+    description: LongText | None = None
+    mime_type: MimeType | None = None
+    icons: list[Icon] | None = Field(default=None, max_length=16)
+    annotations: Annotations | None = None
+    tags: list[Tag] | None = Field(default=None, max_length=MAX_TAGS)
+    meta: Meta | None = Field(default=None, alias="_meta")
+    text: Annotated[str, StringConstraints(max_length=1_048_576)] | None = Field(
+        default=None, description="a body rendered with the matched variables ({var} placeholders)"
+    )
+
+
+class TemplatePatch(Model):
+    uri_template: Annotated[str, StringConstraints(min_length=1, max_length=8192)] | None = None
+    name: ShortText | None = None
+    title: ShortText | None = None
+    description: LongText | None = None
+    mime_type: MimeType | None = None
+    icons: list[Icon] | None = Field(default=None, max_length=16)
+    annotations: Annotations | None = None
+    tags: list[Tag] | None = Field(default=None, max_length=MAX_TAGS)
+    meta: Meta | None = Field(default=None, alias="_meta")
+    text: Annotated[str, StringConstraints(max_length=1_048_576)] | None = None
+
+    @model_validator(mode="after")
+    def _required(self) -> TemplatePatch:
+        for required in ("uri_template", "name"):
+            if required in self.model_fields_set and getattr(self, required) is None:
+                raise ValueError(f"{to_camel(required)} cannot be null")
+        return self
+
+
+class TemplateOut(Model):
+    id: int
+    uri_template: str
+    name: str
+    title: str | None = None
+    description: str | None = None
+    mime_type: str | None = None
+    icons: list[Icon] | None = None
+    annotations: Annotations | None = None
+    tags: list[str] = Field(default_factory=list)
+    meta: Meta | None = Field(default=None, alias="_meta")
+    text: str | None = None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class GrantIn(Model):
+    """Exactly one selector: ``uri`` (one resource), ``uriPrefix`` (a subtree) or ``tag``."""
+
+    scope: Scope
+    uri: Uri | None = None
+    uri_prefix: UriPrefix | None = None
+    tag: Tag | None = None
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> GrantIn:
+        given = [name for name in ("uri", "uri_prefix", "tag") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of uri, uriPrefix, tag")
+        return self
+
+
+class GrantOut(Model):
+    id: int
+    scope: str
+    uri: str | None = None
+    uri_prefix: str | None = None
+    tag: str | None = None
+    created_at: datetime
+
+
+class TokenIn(Model):
+    scopes: list[Scope] = Field(default_factory=list, max_length=64)
+    admin: bool = False
+    expires_at: datetime | None = None
+    name: ShortText | None = None
+
+    @field_validator("expires_at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("expiresAt needs a time zone (e.g. 2030-01-01T00:00:00Z)")
+        return value
+
+
+class TokenOut(Model):
+    id: int
+    name: str | None = None
+    scopes: list[str]
+    admin: bool
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+    created_at: datetime
+
+
+class TokenCreated(TokenOut):
+    token: str = Field(description="the bearer token; shown in this response only")
+
+
+class TenantIn(Model):
+    slug: Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
+    name: ShortText | None = None
+
+
+class TenantOut(Model):
+    slug: str
+    name: str
+    created_at: datetime

@@ -1,0 +1,85 @@
+"""Tenants: the registry every other table hangs from."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import delete, insert, select
+from sqlalchemy.exc import IntegrityError
+
+from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound
+from catalog.core.principal import Principal
+from catalog.core.service import Catalog
+from catalog.db.engine import TenantScope, transaction
+from catalog.db.models import tenants
+
+SLUG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+
+@dataclass(frozen=True)
+class Tenant:
+    id: int
+    slug: str
+    name: str
+    created_at: datetime
+
+
+def validate_slug(slug: str, pointer: str = "/slug") -> str:
+    if not isinstance(slug, str) or not SLUG_PATTERN.fullmatch(slug):
+        raise InvalidInput(
+            "invalid tenant slug",
+            errors=[
+                FieldError(
+                    pointer, "1-63 characters: lowercase letters, digits and '-', not starting with '-'"
+                )
+            ],
+        )
+    return slug
+
+
+async def create_tenant(catalog: Catalog, slug: str, name: str | None = None) -> Tenant:
+    validate_slug(slug)
+    try:
+        async with transaction(catalog.engine, TenantScope.platform()) as conn:
+            row = (
+                await conn.execute(insert(tenants).values(slug=slug, name=name or slug).returning(*tenants.c))
+            ).one()
+    except IntegrityError:
+        raise Conflict(
+            f"tenant {slug!r} exists already", errors=[FieldError("/slug", "already taken")]
+        ) from None
+    return Tenant(row.id, row.slug, row.name, row.created_at)
+
+
+async def list_tenants(catalog: Catalog, principal: Principal) -> list[Tenant]:
+    query = select(tenants).order_by(tenants.c.slug)
+    if not principal.is_platform_admin:
+        query = query.where(tenants.c.id == principal.tenant_id)
+    async with catalog.engine.connect() as conn:
+        rows = (await conn.execute(query)).all()
+    return [Tenant(r.id, r.slug, r.name, r.created_at) for r in rows]
+
+
+async def find_tenant(catalog: Catalog, slug: str) -> Tenant | None:
+    if not isinstance(slug, str) or not SLUG_PATTERN.fullmatch(slug):
+        return None
+    async with catalog.engine.connect() as conn:
+        row = (await conn.execute(select(tenants).where(tenants.c.slug == slug))).one_or_none()
+    return Tenant(row.id, row.slug, row.name, row.created_at) if row else None
+
+
+async def get_tenant(catalog: Catalog, slug: str) -> Tenant:
+    tenant = await find_tenant(catalog, slug)
+    if tenant is None:
+        raise NotFound(f"no tenant {slug!r}")
+    return tenant
+
+
+async def delete_tenant(catalog: Catalog, slug: str) -> None:
+    """Delete a tenant and all its data, in one transaction (foreign keys cascade)."""
+    async with transaction(catalog.engine, TenantScope.platform()) as conn:
+        result = await conn.execute(delete(tenants).where(tenants.c.slug == slug).returning(tenants.c.id))
+        if result.one_or_none() is None:
+            raise NotFound(f"no tenant {slug!r}")

@@ -1,0 +1,130 @@
+"""Opaque bearer tokens: ``cat_`` + 32 random bytes (urlsafe base64), stored only as a sha256 hash.
+
+Tokens are checked against the database on every request (one indexed lookup), so a revocation or
+an expiry takes effect at once on every worker and host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from catalog.core.principal import Principal
+from catalog.db.models import tenants, tokens
+
+TOKEN_PREFIX = "cat_"
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    id: int
+    tenant_id: int
+    name: str | None
+    scopes: tuple[str, ...]
+    is_admin: bool
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    created_at: datetime
+
+
+def generate_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> bytes:
+    # The token carries 256 random bits, so a fast hash is enough: nothing to brute-force.
+    return hashlib.sha256(token.encode()).digest()
+
+
+def _record(row: object) -> TokenRecord:
+    return TokenRecord(
+        id=row.id,  # type: ignore[attr-defined]
+        tenant_id=row.tenant_id,  # type: ignore[attr-defined]
+        name=row.name,  # type: ignore[attr-defined]
+        scopes=tuple(row.scopes),  # type: ignore[attr-defined]
+        is_admin=row.is_admin,  # type: ignore[attr-defined]
+        expires_at=row.expires_at,  # type: ignore[attr-defined]
+        revoked_at=row.revoked_at,  # type: ignore[attr-defined]
+        created_at=row.created_at,  # type: ignore[attr-defined]
+    )
+
+
+async def insert_token(
+    conn: AsyncConnection,
+    tenant_id: int,
+    *,
+    scopes: list[str],
+    is_admin: bool,
+    expires_at: datetime | None,
+    name: str | None,
+) -> tuple[str, TokenRecord]:
+    token = generate_token()
+    row = (
+        await conn.execute(
+            insert(tokens)
+            .values(
+                tenant_id=tenant_id,
+                token_hash=hash_token(token),
+                scopes=sorted(set(scopes)),
+                is_admin=is_admin,
+                expires_at=expires_at,
+                name=name,
+            )
+            .returning(*tokens.c)
+        )
+    ).one()
+    return token, _record(row)
+
+
+async def principal_for_token(conn: AsyncConnection, token: str) -> Principal | None:
+    """The principal a live token stands for; None for an unknown, revoked or expired one.
+
+    Runs before the tenant is known, so the caller binds the transaction to all tenants.
+    """
+    if not token.startswith(TOKEN_PREFIX) or len(token) > 128:
+        return None
+    row = (
+        await conn.execute(
+            select(tokens.c.id, tokens.c.tenant_id, tokens.c.scopes, tokens.c.is_admin, tenants.c.slug)
+            .join(tenants, tenants.c.id == tokens.c.tenant_id)
+            .where(
+                tokens.c.token_hash == hash_token(token),
+                tokens.c.revoked_at.is_(None),
+                (tokens.c.expires_at.is_(None)) | (tokens.c.expires_at > func.now()),
+            )
+        )
+    ).one_or_none()
+    if row is None:
+        return None
+    return Principal(
+        kind="token",
+        tenant_id=row.tenant_id,
+        tenant_slug=row.slug,
+        scopes=frozenset(row.scopes),
+        is_admin=row.is_admin,
+        token_id=row.id,
+    )
+
+
+async def list_token_records(conn: AsyncConnection, tenant_id: int) -> list[TokenRecord]:
+    rows = (
+        await conn.execute(select(tokens).where(tokens.c.tenant_id == tenant_id).order_by(tokens.c.id))
+    ).all()
+    return [_record(row) for row in rows]
+
+
+async def revoke_token(conn: AsyncConnection, tenant_id: int, token_id: int) -> TokenRecord | None:
+    row = (
+        await conn.execute(
+            update(tokens)
+            .where(tokens.c.tenant_id == tenant_id, tokens.c.id == token_id, tokens.c.revoked_at.is_(None))
+            .values(revoked_at=datetime.now(UTC))
+            .returning(*tokens.c)
+        )
+    ).one_or_none()
+    return _record(row) if row else None

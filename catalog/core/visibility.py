@@ -1,0 +1,126 @@
+"""The one visibility rule: what a principal may see of a tenant's catalogue.
+
+A resource or template is visible to a principal who administers its tenant, or who holds a scope
+that some grant of that tenant gives over it: ``{uri}`` (one resource), ``{uriPrefix}`` (a subtree)
+or ``{tag}`` (everything carrying the tag). Templates are matched on their literal prefix.
+
+``load_visibility`` reads the principal's grants once; the resulting ``Visibility`` turns them into
+SQL predicates — prefix grants as index ranges on the "C"-collated URI, never post-filters — used by
+every surface (MCP list/read/templates/completion, admin listings, subscriptions), and can decide
+a single URI for event fan-out by exactly the same rule.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from sqlalchemy import ColumnElement, Table, and_, false, literal, or_, select, true
+from sqlalchemy.dialects.postgresql import array
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from catalog.core.principal import Principal
+from catalog.core.uris import uri_prefix_upper_bound
+from catalog.db.models import grants
+
+
+@dataclass(frozen=True)
+class Visibility:
+    tenant_id: int
+    everything: bool
+    uris: frozenset[str] = frozenset()
+    prefixes: tuple[str, ...] = ()
+    tags: frozenset[str] = frozenset()
+    # Identifies the principal's standing (tenant, scopes, admin); cursors are bound to it.
+    fingerprint: str = ""
+
+    @property
+    def nothing(self) -> bool:
+        return not self.everything and not (self.uris or self.prefixes or self.tags)
+
+    def _clause(
+        self, uri_column: ColumnElement[str], tags_column: ColumnElement[list[str]]
+    ) -> ColumnElement[bool]:
+        if self.everything:
+            return true()
+        if self.nothing:
+            return false()
+        parts: list[ColumnElement[bool]] = []
+        if self.uris:
+            parts.append(uri_column.in_(sorted(self.uris)))
+        for prefix in self.prefixes:
+            upper = uri_prefix_upper_bound(prefix)
+            if upper is None:
+                parts.append(uri_column >= literal(prefix))
+            else:
+                parts.append(and_(uri_column >= literal(prefix), uri_column < literal(upper)))
+        if self.tags:
+            parts.append(tags_column.overlap(array(sorted(self.tags))))
+        return or_(*parts)
+
+    def resources_clause(self, table: Table) -> ColumnElement[bool]:
+        """Predicate over ``resources`` (tenant filter included)."""
+        return and_(table.c.tenant_id == self.tenant_id, self._clause(table.c.uri, table.c.tags))
+
+    def templates_clause(self, table: Table) -> ColumnElement[bool]:
+        """Predicate over ``templates``: a uri grant names the template itself, a prefix its literal prefix."""
+        if self.everything or self.nothing:
+            return and_(table.c.tenant_id == self.tenant_id, self._clause(table.c.uri_template, table.c.tags))
+        parts: list[ColumnElement[bool]] = []
+        if self.uris:
+            parts.append(table.c.uri_template.in_(sorted(self.uris)))
+        narrowed = Visibility(self.tenant_id, False, prefixes=self.prefixes, tags=self.tags)
+        if self.prefixes or self.tags:
+            parts.append(narrowed._clause(table.c.literal_prefix, table.c.tags))
+        return and_(table.c.tenant_id == self.tenant_id, or_(*parts))
+
+    def allows(self, uri: str, tags: frozenset[str] | set[str] | tuple[str, ...] = ()) -> bool:
+        """The same rule for one resource, for deciding an event without a query."""
+        if self.everything:
+            return True
+        if uri in self.uris or any(uri.startswith(prefix) for prefix in self.prefixes):
+            return True
+        return bool(self.tags.intersection(tags))
+
+
+def principal_fingerprint(principal: Principal, tenant_id: int) -> str:
+    standing = "|".join(
+        [
+            str(tenant_id),
+            principal.kind,
+            "admin" if principal.administers(tenant_id) else "",
+            ",".join(sorted(principal.scopes)),
+        ]
+    )
+    return hashlib.sha256(standing.encode()).hexdigest()[:16]
+
+
+async def load_visibility(conn: AsyncConnection, principal: Principal, tenant_id: int) -> Visibility:
+    fingerprint = principal_fingerprint(principal, tenant_id)
+    if principal.administers(tenant_id):
+        return Visibility(tenant_id, True, fingerprint=fingerprint)
+    if principal.tenant_id != tenant_id or not principal.scopes:
+        return Visibility(tenant_id, False, fingerprint=fingerprint)
+    rows = (
+        await conn.execute(
+            select(grants.c.uri, grants.c.uri_prefix, grants.c.tag).where(
+                grants.c.tenant_id == tenant_id, grants.c.scope.in_(sorted(principal.scopes))
+            )
+        )
+    ).all()
+    uris = frozenset(row.uri for row in rows if row.uri is not None)
+    prefixes = _minimal_prefixes(row.uri_prefix for row in rows if row.uri_prefix is not None)
+    tags = frozenset(row.tag for row in rows if row.tag is not None)
+    return Visibility(tenant_id, False, uris=uris, prefixes=prefixes, tags=tags, fingerprint=fingerprint)
+
+
+def _minimal_prefixes(prefixes: object) -> tuple[str, ...]:
+    """Sorted prefixes with those covered by a shorter one dropped (fewer, disjoint index ranges)."""
+    kept: list[str] = []
+    for prefix in sorted(set(prefixes)):  # type: ignore[call-overload]
+        if not kept or not prefix.startswith(kept[-1]):
+            kept.append(prefix)
+    return tuple(kept)
+
+
+__all__ = ["Visibility", "load_visibility", "principal_fingerprint"]
