@@ -14,7 +14,13 @@ from datetime import UTC, datetime
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from catalog.core.audit import record_audit
+from catalog.core.errors import FieldError, InvalidInput, NotFound
 from catalog.core.principal import Principal
+from catalog.core.schemas import TokenCreated, TokenIn, TokenOut
+from catalog.core.service import Catalog
+from catalog.core.tenants import Tenant
+from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import tenants, tokens
 
 TOKEN_PREFIX = "cat_"
@@ -128,3 +134,59 @@ async def revoke_token(conn: AsyncConnection, tenant_id: int, token_id: int) -> 
         )
     ).one_or_none()
     return _record(row) if row else None
+
+
+def token_out(record: TokenRecord) -> TokenOut:
+    return TokenOut(
+        id=record.id,
+        name=record.name,
+        scopes=list(record.scopes),
+        admin=record.is_admin,
+        expires_at=record.expires_at,
+        revoked_at=record.revoked_at,
+        created_at=record.created_at,
+    )
+
+
+async def create_token(catalog: Catalog, principal: Principal, tenant: Tenant, body: TokenIn) -> TokenCreated:
+    """Mint a token for ``tenant``; the returned ``token`` is the only time it is ever shown."""
+    if body.expires_at is not None and body.expires_at <= datetime.now(UTC):
+        raise InvalidInput(
+            "the expiry is in the past", errors=[FieldError("/expiresAt", "must be in the future")]
+        )
+    async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+        token, record = await insert_token(
+            conn,
+            tenant.id,
+            scopes=body.scopes,
+            is_admin=body.admin,
+            expires_at=body.expires_at,
+            name=body.name,
+        )
+        await record_audit(
+            conn,
+            tenant.id,
+            principal,
+            "token.create",
+            "token",
+            record.id,
+            None,
+            None,
+            None,
+            {"scopes": list(record.scopes), "admin": record.is_admin},
+        )
+    return TokenCreated(**token_out(record).model_dump(), token=token)
+
+
+async def list_tokens(catalog: Catalog, tenant: Tenant) -> list[TokenOut]:
+    async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+        return [token_out(record) for record in await list_token_records(conn, tenant.id)]
+
+
+async def delete_token(catalog: Catalog, principal: Principal, tenant: Tenant, token_id: int) -> None:
+    """Revoke a token: refused from the next request on, on every worker (tokens are never cached)."""
+    async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+        record = await revoke_token(conn, tenant.id, token_id)
+        if record is None:
+            raise NotFound(f"no live token {token_id}")
+        await record_audit(conn, tenant.id, principal, "token.revoke", "token", record.id, None, None, None)
