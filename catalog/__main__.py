@@ -1,0 +1,3 @@
+from catalog.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,228 @@
+"""`catalog serve` and `catalog migrate` as an operator runs them: real processes, real PostgreSQL."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from catalog.db import migrate
+from catalog.db.embedded import EmbeddedPostgres
+
+from .conftest import free_port
+
+START_TIMEOUT = 60
+
+
+def catalog_env(**overrides: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
+    env.update(overrides)
+    return env
+
+
+def run_catalog(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "catalog", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+class Served:
+    def __init__(self, process: subprocess.Popen[str], port: int) -> None:
+        self.process = process
+        self.port = port
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.output: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def wait_for(self, text: str, timeout: float = START_TIMEOUT) -> None:
+        """Block until the server prints ``text`` (or fail with everything it printed)."""
+        while True:
+            try:
+                line = self.lines.get(timeout=timeout)
+            except queue.Empty:
+                pytest.fail(f"no {text!r} within {timeout}s; output so far:\n{''.join(self.output)}")
+            if line is None:
+                pytest.fail(f"server exited ({self.process.wait()}) before {text!r}:\n{''.join(self.output)}")
+            self.output.append(line)
+            if text in line:
+                return
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@contextlib.contextmanager
+def serving(*args: str, env: dict[str, str]) -> Iterator[Served]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "catalog", "serve", "--port", str(port), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    served = Served(process, port)
+    try:
+        yield served
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+
+
+def stop(served: Served, sig: int = signal.SIGTERM) -> int:
+    served.process.send_signal(sig)
+    return served.process.wait(timeout=30)
+
+
+def test_serve_on_an_external_database_answers_readyz(database_url: str, tmp_path: Path) -> None:
+    env = catalog_env(CATALOG_DATABASE_URL=database_url, CATALOG_HOME=str(tmp_path / "home"))
+    with serving(env=env) as served:
+        served.wait_for("Application startup complete")
+        ready = httpx.get(f"{served.base_url}/readyz", timeout=10)
+        health = httpx.get(f"{served.base_url}/healthz", timeout=10)
+        assert ready.status_code == 200
+        assert ready.json() == {"status": "ready", "checks": {"database": "ok", "schema": "ok"}}
+        assert health.json() == {"status": "ok"}
+        assert stop(served) == 0
+    printed = "".join(served.output)
+    assert f"http://127.0.0.1:{served.port}/mcp" in printed
+    assert "platform admin token" in printed
+
+
+def test_serve_refuses_a_database_that_is_not_at_head(empty_database_url: str, tmp_path: Path) -> None:
+    env = catalog_env(CATALOG_DATABASE_URL=empty_database_url, CATALOG_HOME=str(tmp_path / "home"))
+    result = run_catalog("serve", "--port", str(free_port()), env=env)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"catalog: the database schema is at an empty schema, not at head {migrate.head_revision()}:"
+        " run `catalog migrate upgrade` first"
+    ]
+    assert "Traceback" not in result.stderr
+
+
+def test_migrate_commands_against_an_external_database(empty_database_url: str, tmp_path: Path) -> None:
+    env = catalog_env(CATALOG_DATABASE_URL=empty_database_url, CATALOG_HOME=str(tmp_path / "home"))
+    head = migrate.head_revision()
+    assert run_catalog("migrate", "current", env=env).stdout.strip() == f"(empty) (head is {head})"
+    assert run_catalog("migrate", "upgrade", env=env).returncode == 0
+    assert run_catalog("migrate", "current", env=env).stdout.strip() == f"{head} (head)"
+    check = run_catalog("migrate", "check", env=env)
+    assert (check.returncode, check.stdout.strip().splitlines()[-1]) == (0, "models and migrations agree")
+    assert run_catalog("migrate", "downgrade", "base", env=env).returncode == 0
+    assert run_catalog("migrate", "current", env=env).stdout.strip() == f"(empty) (head is {head})"
+
+
+def postmaster_pid(home: Path) -> int:
+    return int((home / "pgdata" / "postmaster.pid").read_text().splitlines()[0])
+
+
+def test_serve_demo_on_embedded_postgres_and_sigterm_stops_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = catalog_env(CATALOG_HOME=str(home))
+    with serving("--demo", env=env) as served:
+        served.wait_for("Application startup complete")
+        assert httpx.get(f"{served.base_url}/readyz", timeout=10).json()["status"] == "ready"
+        pid = postmaster_pid(home)
+        assert psutil.pid_exists(pid)
+        # Another catalog process on the same home joins the same server and leaves it running.
+        current = run_catalog("migrate", "current", env=env)
+        assert current.stdout.strip().endswith("(head)")
+        assert postmaster_pid(home) == pid and psutil.pid_exists(pid)
+        assert httpx.get(f"{served.base_url}/readyz", timeout=10).status_code == 200
+        assert stop(served) == 0
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not (home / "pgdata" / "postmaster.pid").exists()
+    printed = "".join(served.output)
+    assert "demo tenant 'demo' is readable anonymously" in printed
+    # The token was generated once and kept private.
+    assert (home / "admin_token").stat().st_mode & 0o777 == 0o600
+    assert (home / "secret_key").stat().st_mode & 0o777 == 0o600
+
+
+def test_ctrl_c_stops_serve_and_its_embedded_postgres(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with serving(env=catalog_env(CATALOG_HOME=str(home))) as served:
+        served.wait_for("Application startup complete")
+        pid = postmaster_pid(home)
+        assert stop(served, signal.SIGINT) == 0
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_embedded_postgres_recovers_from_a_stale_postmaster_pid(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    first = EmbeddedPostgres(home)
+    first.start()
+    first.release()
+    # A leftover lock file whose PID now belongs to an unrelated live process (this test).
+    (home / "pgdata" / "postmaster.pid").write_text(f"{os.getpid()}\n{home / 'pgdata'}\n0\n5432\n\n\n\n\n")
+    second = EmbeddedPostgres(home)
+    second.start()
+    try:
+        assert postmaster_pid(home) != os.getpid()
+        assert psutil.Process(postmaster_pid(home)).name() == "postgres"
+    finally:
+        second.release()
+    assert not (home / "pgdata" / "postmaster.pid").exists()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (
+            {"CATALOG_DATABASE_URL": "not a url"},
+            "catalog: CATALOG_DATABASE_URL: Value error, not a database URL",
+        ),
+        (
+            {"CATALOG_DATABASE_URL": "mysql://root@localhost/db"},
+            "catalog: CATALOG_DATABASE_URL: Value error, must be a postgresql URL",
+        ),
+        (
+            {"CATALOG_DATABASE_URL": "postgresql+asyncpg://postgres@127.0.0.1:1/catalog"},
+            "catalog: cannot reach the database at 127.0.0.1:1/catalog",
+        ),
+        (
+            {"CATALOG_HOME": "/etc/hostname/catalog"},
+            "catalog: CATALOG_HOME /etc/hostname/catalog is not writable",
+        ),
+        ({"CATALOG_MAX_BLOB_BYTES": "-5"}, "catalog: CATALOG_MAX_BLOB_BYTES: Input should be greater than 0"),
+    ],
+)
+def test_bad_configuration_ends_with_one_clear_line(
+    overrides: dict[str, str], expected: str, tmp_path: Path
+) -> None:
+    env = catalog_env(**{"CATALOG_HOME": str(tmp_path / "home"), **overrides})
+    result = run_catalog("serve", "--port", str(free_port()), env=env, timeout=60)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(expected), lines[0]
+
+
+def test_a_port_in_use_ends_with_one_clear_line(database_url: str, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = catalog_env(CATALOG_DATABASE_URL=database_url, CATALOG_HOME=str(tmp_path / "home"))
+        result = run_catalog("serve", "--port", str(port), env=env)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [f"catalog: port {port} on 127.0.0.1 is in use"]
