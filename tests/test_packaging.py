@@ -1,0 +1,92 @@
+"""What ships: the Dockerfile's essentials (no Docker engine here) and settings handling."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from catalog.db.migrate import scripts_location
+from catalog.settings import ConfigError, Settings, get_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1] if " " in line else "") for line in lines]
+
+
+def test_dockerfile_is_multi_stage_and_runs_as_a_non_root_user_under_an_init() -> None:
+    instructions = dockerfile_instructions()
+    stages = [args for op, args in instructions if op == "FROM"]
+    assert len(stages) >= 2
+    runtime = instructions[max(i for i, (op, _) in enumerate(instructions) if op == "FROM") :]
+    users = [args for op, args in runtime if op == "USER"]
+    assert users and users[-1] not in ("root", "0")
+    entrypoint = next(args for op, args in runtime if op == "ENTRYPOINT")
+    assert "tini" in entrypoint
+    command = next(args for op, args in runtime if op == "CMD")
+    assert re.search(r'"catalog",\s*"serve"', command)
+    healthcheck = next(args for op, args in runtime if op == "HEALTHCHECK")
+    assert "/healthz" in healthcheck
+    copied = " ".join(args for op, args in instructions if op == "COPY")
+    assert "migrations" in copied and "catalog" in copied
+
+
+def test_migrations_ship_inside_the_package() -> None:
+    location = scripts_location()
+    assert (location / "env.py").is_file()
+    assert any(location.joinpath("versions").glob("0001_*.py"))
+
+
+def test_secrets_are_generated_once_and_kept_private(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path)
+    token, generated = settings.platform_admin_token()
+    again, generated_again = Settings(home=tmp_path).platform_admin_token()
+    key = settings.signing_key()
+    assert token.startswith("cat_") and len(token) >= 40
+    assert (again, generated, generated_again) == (token, True, False)
+    assert Settings(home=tmp_path).signing_key() == key and len(key) >= 32
+    for name in ("admin_token", "secret_key"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o600
+
+
+def test_configured_secrets_win_over_kept_ones(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path, admin_token="cat_given", secret_key="given-key")
+    assert settings.platform_admin_token() == ("cat_given", False)
+    assert settings.signing_key() == b"given-key"
+    assert not (tmp_path / "admin_token").exists()
+
+
+def test_host_and_origin_lists_read_comma_separated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CATALOG_ALLOWED_HOSTS", "catalog.example.com, 10.0.0.5:8000")
+    monkeypatch.setenv("CATALOG_ALLOWED_ORIGINS", "https://app.example.com")
+    settings = Settings()
+    assert settings.allowed_hosts == ["catalog.example.com", "10.0.0.5:8000"]
+    assert settings.allowed_origins == ["https://app.example.com"]
+
+
+def test_defaults_are_loopback_and_sixteen_mebibytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("CATALOG_"):
+            monkeypatch.delenv(name)
+    settings = Settings()
+    assert settings.max_blob_bytes == 16 * 1024 * 1024
+    assert settings.allowed_hosts == ["127.0.0.1", "localhost", "[::1]"]
+    assert settings.database_url is None and settings.uses_embedded_database
+
+
+def test_invalid_setting_is_one_line_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CATALOG_MAX_BLOB_BYTES", "lots")
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(ConfigError) as info:
+            get_settings()
+    finally:
+        get_settings.cache_clear()
+    assert str(info.value).startswith("CATALOG_MAX_BLOB_BYTES: ")
+    assert "\n" not in str(info.value)
