@@ -44,6 +44,16 @@ class Settings(BaseSettings):
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(LOOPBACK_ORIGINS))
     max_blob_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     statement_timeout_ms: int = Field(default=15_000, ge=0)
+    # OAuth 2.1 resource server (JWT access tokens); off unless issuer, audience and JWKS are all set.
+    oauth_issuer: str | None = None
+    oauth_audience: str | None = Field(default=None, description="the canonical /mcp URL tokens must name")
+    oauth_jwks: str | None = Field(default=None, description="JWKS file path or https URL")
+    oauth_tenant_claim: str = "tenant"
+    oauth_admin_scope: str = "catalog:admin"
+
+    @property
+    def oauth_enabled(self) -> bool:
+        return bool(self.oauth_issuer and self.oauth_audience and self.oauth_jwks)
 
     @field_validator("allowed_hosts", "allowed_origins", mode="before")
     @classmethod

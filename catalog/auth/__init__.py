@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 
+from catalog.auth.jwt import looks_like_jwt
 from catalog.core.errors import Unauthenticated
 from catalog.core.principal import Principal
 from catalog.core.service import Catalog
@@ -34,6 +35,16 @@ async def authenticate(catalog: Catalog, authorization: str | None) -> Principal
         return None
     if hmac.compare_digest(token.encode(), catalog.platform_admin_token.encode()):
         return Principal.platform_admin()
+    verifier = catalog.jwt_verifier
+    if verifier is not None and looks_like_jwt(token):
+        claims = await verifier.claims(token)
+        slug = claims.get(verifier.tenant_claim)
+        tenant = await find_tenant(catalog, slug) if isinstance(slug, str) else None
+        if tenant is None:
+            raise Unauthenticated(
+                f"the token's {verifier.tenant_claim!r} claim names no tenant of this catalogue"
+            )
+        return verifier.principal(claims, tenant.id, tenant.slug)
     async with transaction(catalog.engine, TenantScope.platform()) as conn:
         principal = await principal_for_token(conn, token)
     if principal is None:

@@ -5,10 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from catalog.settings import Settings
+
+if TYPE_CHECKING:
+    from catalog.auth.jwt import JwtVerifier
 
 
 @dataclass
@@ -25,3 +29,18 @@ class Catalog:
     @cached_property
     def platform_admin_token(self) -> str:
         return self.settings.platform_admin_token()[0]
+
+    @cached_property
+    def jwt_verifier(self) -> JwtVerifier | None:
+        if not self.settings.oauth_enabled:
+            return None
+        from catalog.auth.jwt import JwksSource, JwtVerifier
+
+        assert self.settings.oauth_issuer and self.settings.oauth_audience and self.settings.oauth_jwks
+        return JwtVerifier(
+            issuer=self.settings.oauth_issuer,
+            audience=self.settings.oauth_audience,
+            jwks=JwksSource(self.settings.oauth_jwks),
+            tenant_claim=self.settings.oauth_tenant_claim,
+            admin_scope=self.settings.oauth_admin_scope,
+        )

@@ -1,0 +1,162 @@
+"""OAuth 2.1 resource server: JWT access tokens from a configured issuer, mapped to a principal.
+
+A token is accepted only if it is signed by a key of the configured JWKS (a file, or an https URL),
+with an asymmetric algorithm, names the configured issuer and audience (the canonical ``/mcp``
+URL: RFC 8707), and is within its ``exp``/``nbf`` window. The tenant comes from a claim (default
+``tenant``, a tenant slug); scopes from ``scope`` (space-separated) or ``scp`` (a list). The scope
+``catalog:admin`` (configurable) makes the principal an admin of its tenant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jwt
+from jwt import PyJWK, PyJWKSet
+
+from catalog.core.errors import Unauthenticated
+from catalog.core.principal import Principal
+
+ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
+_JWKS_TTL_SECONDS = 300.0
+_MIN_REFETCH_SECONDS = 30.0
+_FILE_RECHECK_SECONDS = 5.0
+
+
+def looks_like_jwt(token: str) -> bool:
+    return token.count(".") == 2 and not token.startswith("cat_")
+
+
+@dataclass
+class JwksSource:
+    """Signing keys from a file (re-read when it changes) or a URL (cached, refetched on a new kid)."""
+
+    location: str
+    _keys: dict[str, PyJWK] = field(default_factory=dict)
+    _loaded_at: float = 0.0
+    _mtime: float | None = None
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def is_url(self) -> bool:
+        return self.location.startswith(("https://", "http://"))
+
+    async def key(self, kid: str | None) -> PyJWK | None:
+        await self._refresh(force=False)
+        found = self._find(kid)
+        if found is None and time.monotonic() - self._loaded_at > _MIN_REFETCH_SECONDS:
+            await self._refresh(force=True)  # the issuer may have rotated its keys
+            found = self._find(kid)
+        return found
+
+    def _find(self, kid: str | None) -> PyJWK | None:
+        if kid is not None:
+            return self._keys.get(kid)
+        return next(iter(self._keys.values())) if len(self._keys) == 1 else None
+
+    async def _refresh(self, *, force: bool) -> None:
+        async with self._lock:
+            if self.is_url:
+                stale = time.monotonic() - self._loaded_at > _JWKS_TTL_SECONDS
+                if self._keys and not stale and not force:
+                    return
+                document = await self._fetch()
+            else:
+                # A file is looked at again at most every few seconds, off the event loop.
+                if self._keys and not force and time.monotonic() - self._loaded_at < _FILE_RECHECK_SECONDS:
+                    return
+                mtime, document = await asyncio.to_thread(self._read_file)
+                if document is None:
+                    self._loaded_at = time.monotonic()
+                    return
+                self._mtime = mtime
+            keys = PyJWKSet.from_dict(document).keys
+            self._keys = {key.key_id or f"#{index}": key for index, key in enumerate(keys)}
+            self._loaded_at = time.monotonic()
+
+    def _read_file(self) -> tuple[float, dict[str, Any] | None]:
+        path = Path(self.location)
+        mtime = path.stat().st_mtime
+        if self._keys and mtime == self._mtime:
+            return mtime, None
+        return mtime, json.loads(path.read_text())
+
+    async def _fetch(self) -> dict[str, Any]:
+        import httpx
+
+        async with httpx.AsyncClient(timeout=5.0, follow_redirects=False) as client:
+            response = await client.get(self.location)
+            response.raise_for_status()
+            return response.json()
+
+
+@dataclass
+class JwtVerifier:
+    issuer: str
+    audience: str
+    jwks: JwksSource
+    tenant_claim: str = "tenant"
+    admin_scope: str = "catalog:admin"
+    leeway_seconds: int = 30
+
+    async def claims(self, token: str) -> dict[str, Any]:
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            raise Unauthenticated("the token is not a well-formed JWT") from None
+        if header.get("alg") not in ALGORITHMS:
+            raise Unauthenticated("the token's signing algorithm is not accepted")
+        try:
+            key = await self.jwks.key(header.get("kid"))
+        except (OSError, ValueError, jwt.PyJWTError) as exc:
+            raise Unauthenticated(
+                f"the issuer's signing keys are unavailable ({type(exc).__name__})"
+            ) from None
+        if key is None:
+            raise Unauthenticated("the token is signed by an unknown key")
+        try:
+            return jwt.decode(
+                token,
+                key=key.key,
+                algorithms=[header["alg"]],
+                audience=self.audience,
+                issuer=self.issuer,
+                leeway=self.leeway_seconds,
+                options={"require": ["exp", "iss", "aud"]},
+            )
+        except jwt.ExpiredSignatureError:
+            raise Unauthenticated("the token has expired") from None
+        except jwt.ImmatureSignatureError:
+            raise Unauthenticated("the token is not valid yet") from None
+        except jwt.InvalidAudienceError:
+            raise Unauthenticated("the token was issued for another resource") from None
+        except jwt.InvalidIssuerError:
+            raise Unauthenticated("the token comes from another issuer") from None
+        except jwt.PyJWTError as exc:
+            raise Unauthenticated(f"the token is invalid ({type(exc).__name__})") from None
+
+    @staticmethod
+    def scopes_of(claims: dict[str, Any]) -> frozenset[str]:
+        scope = claims.get("scope")
+        if isinstance(scope, str):
+            return frozenset(part for part in scope.split() if part)
+        scp = claims.get("scp")
+        if isinstance(scp, list):
+            return frozenset(part for part in scp if isinstance(part, str) and part)
+        return frozenset()
+
+    def principal(self, claims: dict[str, Any], tenant_id: int, tenant_slug: str) -> Principal:
+        scopes = self.scopes_of(claims)
+        return Principal(
+            kind="jwt",
+            tenant_id=tenant_id,
+            tenant_slug=tenant_slug,
+            scopes=scopes - {self.admin_scope},
+            is_admin=self.admin_scope in scopes,
+            subject=str(claims.get("sub") or "unknown"),
+        )
