@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Path, Query, Request
 
 from catalog.auth import authenticate
 from catalog.core.errors import Forbidden, NotFound, Unauthenticated
@@ -41,6 +41,16 @@ async def require_platform_admin(principal: PrincipalDep) -> Principal:
 PlatformAdminDep = Annotated[Principal, Depends(require_platform_admin)]
 
 
+async def require_some_admin(principal: PrincipalDep) -> Principal:
+    """The platform admin or a tenant admin token (which sees only its own tenant)."""
+    if not (principal.is_platform_admin or (principal.is_admin and principal.tenant_id is not None)):
+        raise Forbidden("this needs an admin token")
+    return principal
+
+
+AnyAdminDep = Annotated[Principal, Depends(require_some_admin)]
+
+
 async def get_admin_tenant(
     principal: PrincipalDep,
     catalog: CatalogDep,
@@ -59,3 +69,24 @@ async def get_admin_tenant(
 
 
 AdminTenantDep = Annotated[Tenant, Depends(get_admin_tenant)]
+
+
+# -- shared parameter types -------------------------------------------------------------------------
+
+MAX_ID = 2**63 - 1
+MAX_LIMIT = 1000
+
+# Ids are PostgreSQL bigints: anything outside 1..2^63-1 is refused as invalid input, never sent on.
+ItemId = Annotated[int, Path(ge=1, le=MAX_ID, description="the item's id")]
+Cursor = Annotated[
+    str | None, Query(max_length=8192, description="nextCursor of the previous page (opaque, signed)")
+]
+
+
+def page_limit(
+    limit: Annotated[int, Query(ge=1, description=f"page size; values above {MAX_LIMIT} are capped")] = 100,
+) -> int:
+    return min(limit, MAX_LIMIT)
+
+
+LimitDep = Annotated[int, Depends(page_limit)]

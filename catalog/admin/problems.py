@@ -50,8 +50,29 @@ def field_errors(errors: list[dict[str, Any]] | Any) -> list[FieldError]:
         message = str(error.get("msg", "invalid"))
         if message.startswith("Value error, "):
             message = message[len("Value error, ") :]
-        found.append(FieldError(pointer_for(error.get("loc", ())), message))
+        ctx = error.get("ctx") or {}
+        if error.get("type") == "json_invalid":
+            # FastAPI puts the character offset in the location; it is not a pointer into the body.
+            found.append(FieldError("", f"malformed JSON: {ctx.get('error', message)}"))
+            continue
+        pointer = pointer_for(error.get("loc", ()))
+        if isinstance(ctx.get("pointer"), str):
+            # A model-level check that knows which member inside the model is at fault.
+            pointer += ctx["pointer"]
+        found.append(FieldError(pointer, message))
     return found
+
+
+_HTTP_TITLES = {
+    400: "Bad request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not found",
+    405: "Method not allowed",
+    406: "Not acceptable",
+    413: "Content too large",
+    415: "Unsupported media type",
+}
 
 
 def install_problem_handlers(app: FastAPI, *, www_authenticate: str) -> None:
@@ -70,9 +91,7 @@ def install_problem_handlers(app: FastAPI, *, www_authenticate: str) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        title = {404: "Not found", 405: "Method not allowed", 401: "Unauthorized", 403: "Forbidden"}.get(
-            exc.status_code, "Error"
-        )
+        title = _HTTP_TITLES.get(exc.status_code, "Error")
         return problem_response(
             exc.status_code, title, str(exc.detail), headers=getattr(exc, "headers", None)
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import re
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
@@ -23,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 from catalog.core.uris import InvalidUri, normalize_uri, validate_uri_prefix
 
@@ -77,10 +79,73 @@ Tag = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^
 Scope = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
 
 
+MAX_JSON_DEPTH = 32
+
+
+def _escape_pointer(part: object) -> str:
+    return str(part).replace("~", "~0").replace("/", "~1")
+
+
+def _string_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "contains a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains an unpaired surrogate (not valid Unicode)"
+    return None
+
+
+def storable_json_problem(value: object) -> tuple[str, str] | None:
+    """Where ``value`` holds something PostgreSQL cannot store as text or JSONB, and why.
+
+    JSON lets a client send NUL characters and unpaired surrogates (``\\u0000``, ``\\ud800``), and
+    Python's parser accepts ``NaN`` and ``Infinity``; none of them can be stored. Walked iteratively
+    (a deeply nested body cannot exhaust the stack) and bounded in depth.
+    Returns (JSON pointer relative to ``value``, reason) or None.
+    """
+    stack: list[tuple[object, str, int]] = [(value, "", 0)]
+    while stack:
+        item, pointer, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return pointer, f"nested deeper than {MAX_JSON_DEPTH} levels"
+        if isinstance(item, str):
+            reason = _string_problem(item)
+            if reason is not None:
+                return pointer, reason
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return pointer, "must be a finite number"
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                child_pointer = f"{pointer}/{_escape_pointer(key)}"
+                reason = _string_problem(key) if isinstance(key, str) else None
+                if reason is not None:
+                    return child_pointer, f"the key {reason}"
+                stack.append((child, child_pointer, depth + 1))
+        elif isinstance(item, list | tuple):
+            for index, child in enumerate(item):
+                stack.append((child, f"{pointer}/{index}", depth + 1))
+    return None
+
+
 class Model(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", str_strip_whitespace=False
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            problem = storable_json_problem(data)
+            if problem is not None:
+                pointer, reason = problem
+                # ``pointer`` (relative to this model) lets the admin API point at the field.
+                raise PydanticCustomError(
+                    "unstorable_value", "{reason}", {"reason": reason, "pointer": pointer}
+                )
+        return data
 
     def dump(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -225,10 +290,45 @@ class ResourceVersionOut(Model):
     text_sha256: str | None = None
 
 
+class ResourcePut(ResourceIn):
+    """The body of ``PUT ?uri=``: a resource whose ``uri`` may be left out (the query names it)."""
+
+    uri: Uri | None = None  # type: ignore[assignment]
+
+
 class BlobOut(Model):
     sha256: str
     size: int
     mime_type: str | None = None
+
+
+class AuditEntryOut(Model):
+    id: int
+    at: datetime
+    principal: str = Field(description="who: platform-admin, token:<id>, system:<label>, ...")
+    action: str = Field(description="what: resource.create, grant.delete, token.revoke, ...")
+    target_kind: str
+    target_id: int | None = None
+    uri: str | None = None
+    before_digest: str | None = Field(default=None, description="sha256 of the target before the change")
+    after_digest: str | None = Field(default=None, description="sha256 of the target after the change")
+    detail: dict[str, Any] | None = None
+
+
+class ChangeOut(Model):
+    seq: int
+    kind: Literal["resource", "template", "grant"]
+    uri: str | None = None
+    op: Literal["created", "updated", "deleted"]
+    at: datetime
+
+
+class ChangesPage(Model):
+    items: list[ChangeOut]
+    next_cursor: str | None = Field(
+        default=None, description="present when more changes are waiting: pass it as ?after= right away"
+    )
+    last_seq: int = Field(description="the seq to pass as ?after= on the next poll")
 
 
 T = TypeVar("T")

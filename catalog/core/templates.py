@@ -18,7 +18,7 @@ from catalog.core.schemas import TemplateIn, TemplateOut, TemplatePatch
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.core.uri_templates import InvalidTemplate, ParsedTemplate, parse_template, validate_body
-from catalog.core.visibility import Visibility
+from catalog.core.visibility import Visibility, load_visibility
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import templates
 
@@ -277,6 +277,22 @@ async def template_page(
             fingerprint=visibility.fingerprint,
         )
     return records, next_cursor
+
+
+async def list_templates(
+    catalog: Catalog,
+    principal: Principal,
+    tenant: Tenant,
+    *,
+    cursor: str | None = None,
+    limit: int = 100,
+) -> tuple[list[TemplateRecord], str | None]:
+    """One page of the templates ``principal`` may see in ``tenant`` (all of them for its admins)."""
+    async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+        visibility = await load_visibility(conn, principal, tenant.id)
+        return await template_page(
+            catalog, conn, visibility, listing="admin.templates", cursor=cursor, limit=limit
+        )
 
 
 async def visible_templates(conn: AsyncConnection, visibility: Visibility) -> list[TemplateRecord]:

@@ -79,6 +79,8 @@ async def get_tenant(catalog: Catalog, slug: str) -> Tenant:
 
 async def delete_tenant(catalog: Catalog, slug: str) -> None:
     """Delete a tenant and all its data, in one transaction (foreign keys cascade)."""
+    if not isinstance(slug, str) or not SLUG_PATTERN.fullmatch(slug):
+        raise NotFound(f"no tenant {slug!r}")
     async with transaction(catalog.engine, TenantScope.platform()) as conn:
         result = await conn.execute(delete(tenants).where(tenants.c.slug == slug).returning(tenants.c.id))
         if result.one_or_none() is None:

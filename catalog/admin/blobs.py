@@ -1,0 +1,99 @@
+"""Blobs: streamed, content-addressed uploads (per tenant) and streamed downloads.
+
+Upload answers 201 when the bytes are new to the tenant and 200 when the tenant already had
+exactly these bytes (deduplicated by sha256: nothing new is stored, the existing blob, with the
+media type it was first uploaded with, is returned). Either way the body is the blob's
+``{sha256, size, mimeType}``, ready for a resource's ``blobSha256``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Path, Request, Response, status
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from catalog.admin.deps import AdminTenantDep, CatalogDep
+from catalog.core import blobs as core
+from catalog.core.errors import FieldError, InvalidInput, NotFound, TooLarge
+from catalog.core.schemas import MIME_TYPE_PATTERN, BlobOut
+
+router = APIRouter(prefix="/tenants/{slug}/blobs", tags=["blobs"])
+
+DEFAULT_MIME_TYPE = "application/octet-stream"
+Sha256 = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$", description="the blob's sha256 (lowercase hex)")]
+
+
+def _mime_type(content_type: str | None) -> str:
+    if content_type is None or not content_type.strip():
+        return DEFAULT_MIME_TYPE
+    value = content_type.strip()
+    if len(value) > 255 or not MIME_TYPE_PATTERN.fullmatch(value):
+        raise InvalidInput(
+            "Content-Type is not a media type",
+            errors=[FieldError("#/header/content-type", "type/subtype, e.g. image/png")],
+        )
+    return value
+
+
+def _check_declared_length(catalog_limit: int, content_length: str | None) -> None:
+    """Refuse at once a body that says it is too large (the stream is checked as well)."""
+    if content_length is not None and content_length.isdigit() and int(content_length) > catalog_limit:
+        raise TooLarge(f"the blob is larger than the limit of {catalog_limit} bytes (CATALOG_MAX_BLOB_BYTES)")
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=BlobOut,
+    response_model_exclude_none=True,
+    responses={
+        200: {"description": "the tenant had these bytes already (deduplicated)", "model": BlobOut},
+        201: {"description": "stored"},
+        413: {"description": "larger than CATALOG_MAX_BLOB_BYTES; nothing stored"},
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "description": "the raw bytes; Content-Type becomes the blob's mimeType",
+            "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)
+async def upload_blob(
+    request: Request,
+    tenant: AdminTenantDep,
+    catalog: CatalogDep,
+    content_type: Annotated[str | None, Header(alias="Content-Type", include_in_schema=False)] = None,
+    content_length: Annotated[str | None, Header(alias="Content-Length", include_in_schema=False)] = None,
+) -> JSONResponse:
+    """Upload raw bytes, streamed and hashed on the way in, bounded by ``CATALOG_MAX_BLOB_BYTES``."""
+    mime_type = _mime_type(content_type)
+    _check_declared_length(catalog.settings.max_blob_bytes, content_length)
+    blob, created = await core.put_stream(catalog, tenant.id, request.stream(), mime_type)
+    out = BlobOut(sha256=blob.sha256, size=blob.size, mime_type=blob.mime_type)
+    return JSONResponse(
+        out.dump(),
+        status_code=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        headers={"Location": f"/admin/v1/tenants/{tenant.slug}/blobs/{blob.sha256}"},
+    )
+
+
+@router.get(
+    "/{sha256}",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}}, 404: {}},
+)
+async def download_blob(sha256: Sha256, tenant: AdminTenantDep, catalog: CatalogDep) -> Response:
+    """The bytes, streamed, with the Content-Type they were uploaded with and their Content-Length."""
+    blob = await core.get_blob(catalog, tenant.id, sha256)
+    if blob is None:
+        raise NotFound(f"no blob {sha256}")
+    return StreamingResponse(
+        core.stream_bytes(catalog, tenant.id, blob),
+        headers={
+            "Content-Type": blob.mime_type or DEFAULT_MIME_TYPE,
+            "Content-Length": str(blob.size),
+            "ETag": f'"{blob.sha256}"',
+        },
+    )

@@ -1,0 +1,44 @@
+"""Grants: which scope sees which part of the tenant's catalogue ({uri} | {uriPrefix} | {tag})."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response, status
+
+from catalog.admin.deps import AdminTenantDep, CatalogDep, ItemId, PrincipalDep
+from catalog.core import grants as core
+from catalog.core.schemas import GrantIn, GrantOut, Page
+
+router = APIRouter(prefix="/tenants/{slug}/grants", tags=["grants"])
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=GrantOut,
+    response_model_exclude_none=True,
+    responses={409: {"description": "the same grant exists"}, 422: {"description": "invalid input"}},
+)
+async def create_grant(
+    body: GrantIn, tenant: AdminTenantDep, catalog: CatalogDep, principal: PrincipalDep
+) -> GrantOut:
+    """Give ``scope`` sight of one resource (``uri``), a subtree (``uriPrefix``) or a ``tag``:
+    exactly one of the three."""
+    return await core.create_grant(catalog, principal, tenant, body)
+
+
+@router.get("", response_model=Page[GrantOut], response_model_exclude_none=True)
+async def list_grants(tenant: AdminTenantDep, catalog: CatalogDep) -> Page[GrantOut]:
+    return Page[GrantOut](items=await core.list_grants(catalog, tenant))
+
+
+@router.delete(
+    "/{id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+    responses={404: {"description": "no such grant"}},
+)
+async def delete_grant(
+    id: ItemId, tenant: AdminTenantDep, catalog: CatalogDep, principal: PrincipalDep
+) -> Response:
+    await core.delete_grant(catalog, principal, tenant, id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,41 @@
+"""Tenants: create, list, delete (with all their data)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response, status
+
+from catalog.admin.deps import AnyAdminDep, CatalogDep, PlatformAdminDep
+from catalog.core import tenants as core
+from catalog.core.schemas import Page, TenantIn, TenantOut
+
+router = APIRouter(prefix="/tenants", tags=["tenants"])
+
+
+def _out(tenant: core.Tenant) -> TenantOut:
+    return TenantOut(slug=tenant.slug, name=tenant.name, created_at=tenant.created_at)
+
+
+@router.post(
+    "", status_code=status.HTTP_201_CREATED, response_model=TenantOut, response_model_exclude_none=True
+)
+async def create_tenant(
+    body: TenantIn, catalog: CatalogDep, _: PlatformAdminDep, response: Response
+) -> TenantOut:
+    """Create a tenant (platform admin only). ``name`` defaults to the slug; a taken slug is 409."""
+    tenant = await core.create_tenant(catalog, body.slug, body.name)
+    response.headers["Location"] = f"/admin/v1/tenants/{tenant.slug}"
+    return _out(tenant)
+
+
+@router.get("", response_model=Page[TenantOut], response_model_exclude_none=True)
+async def list_tenants(catalog: CatalogDep, principal: AnyAdminDep) -> Page[TenantOut]:
+    """All tenants for the platform admin; a tenant admin token sees only its own tenant."""
+    return Page[TenantOut](items=[_out(t) for t in await core.list_tenants(catalog, principal)])
+
+
+@router.delete("/{slug}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response)
+async def delete_tenant(slug: str, catalog: CatalogDep, _: PlatformAdminDep) -> Response:
+    """Delete a tenant and every row of it (resources, history, blobs, grants, tokens, audit, feed),
+    in one transaction. Platform admin only."""
+    await core.delete_tenant(catalog, slug)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

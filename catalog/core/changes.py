@@ -1,0 +1,41 @@
+"""The change feed: every create, update and delete of a resource, template or grant, in order.
+
+The rows are written by the database's own triggers in the transaction of the change (see the
+first migration), so the feed is complete whatever process or SQL session made the change. A
+reader polls with ``after=<the last seq it has seen>``; ``seq`` only grows (it is one sequence for
+all tenants, so a tenant's feed has gaps, never reorderings).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from catalog.core.schemas import ChangeOut, ChangesPage
+from catalog.core.service import Catalog
+from catalog.core.tenants import Tenant
+from catalog.db.engine import TenantScope, transaction
+from catalog.db.models import change_feed
+
+MAX_PAGE = 1000
+DEFAULT_PAGE = 100
+
+
+async def list_changes(
+    catalog: Catalog, tenant: Tenant, *, after: int = 0, limit: int = DEFAULT_PAGE
+) -> ChangesPage:
+    """The tenant's changes with ``seq > after``, oldest first, at most ``limit`` (capped)."""
+    limit = max(1, min(limit, MAX_PAGE))
+    async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+        rows = (
+            await conn.execute(
+                select(change_feed)
+                .where(change_feed.c.tenant_id == tenant.id, change_feed.c.seq > after)
+                .order_by(change_feed.c.seq)
+                .limit(limit + 1)
+            )
+        ).all()
+    items = [ChangeOut(seq=row.seq, kind=row.kind, uri=row.uri, op=row.op, at=row.at) for row in rows[:limit]]
+    last_seq = items[-1].seq if items else after
+    return ChangesPage(
+        items=items, next_cursor=str(last_seq) if len(rows) > limit else None, last_seq=last_seq
+    )
