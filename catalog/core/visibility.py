@@ -15,8 +15,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Table, and_, false, literal, or_, select, true
-from sqlalchemy.dialects.postgresql import array
+from sqlalchemy import ColumnElement, Table, Text, and_, bindparam, false, literal, or_, select, true
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.principal import Principal
@@ -51,11 +51,11 @@ class Visibility:
         for prefix in self.prefixes:
             upper = uri_prefix_upper_bound(prefix)
             if upper is None:
-                parts.append(uri_column >= literal(prefix))
+                parts.append(uri_column >= literal(prefix, Text))
             else:
-                parts.append(and_(uri_column >= literal(prefix), uri_column < literal(upper)))
+                parts.append(and_(uri_column >= literal(prefix, Text), uri_column < literal(upper, Text)))
         if self.tags:
-            parts.append(tags_column.overlap(array(sorted(self.tags))))
+            parts.append(tags_column.overlap(bindparam(None, sorted(self.tags), type_=ARRAY(Text))))
         return or_(*parts)
 
     def resources_clause(self, table: Table) -> ColumnElement[bool]:
