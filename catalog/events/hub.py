@@ -1,0 +1,279 @@
+"""The in-process fan-out of change events to subscriptions (listen streams, 2025 sessions).
+
+One ``EventHub`` per process, fed by the LISTEN connection (``catalog.events.listener``). Each
+subscription belongs to one tenant and only ever sees that tenant's events, plus gap markers.
+
+Delivery is by batches: ``async for batch in subscription`` yields the events that arrived since
+the previous batch, coalesced:
+
+* duplicates collapse: two events with the same (kind, uri, op class) in one batch become one (the
+  later wins); op classes are ``membership`` (created, deleted) and ``content`` (updated);
+* a burst collapses: once more than ``max_batch`` distinct events are pending, they are replaced by
+  one gap marker (``kind="gap", op="overflow"``) that absorbs the rest of the burst. A consumer that
+  wakes to find ``burst_threshold`` or more events waits ``linger`` seconds for the burst to finish
+  first, so an import of 100k rows reaches a consumer as one marker, not as hundreds of batches;
+* a gap marker means "anything of this tenant may have changed": send ``list_changed`` and treat every
+  subscribed URI as possibly updated. A gap in a batch is always the batch's only event.
+
+Memory per subscription is bounded by ``max_batch`` whatever the consumer does. A consumer that
+holds undelivered events for longer than ``max_lag`` seconds when another event arrives cannot keep
+up; it is closed (``close_reason == "slow_consumer"``) and its iteration ends.
+
+Not thread-safe: ``publish`` and everything else run on the event loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+
+ALL_TENANTS = 0  # tenant_id of an event for every tenant (tenant ids start at 1)
+GAP = "gap"
+
+_OP_CLASS = {"created": "membership", "deleted": "membership", "updated": "content"}
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeEvent:
+    """One change: ``kind`` is resource, template, grant, tenant or gap; ``op`` created, updated or
+    deleted (for a gap: why — reconnected, overflow, unresolved)."""
+
+    tenant_id: int
+    kind: str
+    uri: str | None
+    op: str
+    seq: int | None = None
+
+    @property
+    def is_gap(self) -> bool:
+        return self.kind == GAP
+
+
+class CloseReason(enum.StrEnum):
+    UNSUBSCRIBED = "unsubscribed"  # the consumer closed it (left the ``async with``)
+    SLOW_CONSUMER = "slow_consumer"  # it did not take its events within max_lag
+    SHUTDOWN = "shutdown"  # the hub closed (process shutting down)
+
+
+class Subscription:
+    """One consumer's view of one tenant's events. Made by ``EventHub.subscribe``.
+
+    Registered from creation (so nothing is missed between subscribing and iterating); use it as an
+    async context manager, or call ``close()``, so it leaves the hub.
+    """
+
+    __slots__ = ("_gap", "_hub", "_pending", "_since", "_waiter", "close_reason", "tenant_id")
+
+    def __init__(self, hub: EventHub, tenant_id: int) -> None:
+        self._hub = hub
+        self.tenant_id = tenant_id
+        self._pending: dict[tuple[str, str | None, str], ChangeEvent] | None = None
+        self._gap: ChangeEvent | None = None
+        self._since = 0.0  # clock() when the oldest undelivered event arrived
+        self._waiter: asyncio.Future[None] | None = None
+        self.close_reason: CloseReason | None = None
+
+    # -- consumer side -------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self.close_reason is not None
+
+    @property
+    def slow(self) -> bool:
+        return self.close_reason is CloseReason.SLOW_CONSUMER
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> list[ChangeEvent]:
+        batch = await self.next_batch()
+        if batch is None:
+            raise StopAsyncIteration
+        return batch
+
+    async def next_batch(self) -> list[ChangeEvent] | None:
+        """The next non-empty batch, waiting for one; None once the subscription is closed."""
+        while True:
+            if self.close_reason is not None:
+                return None
+            pending = self._pending
+            hub = self._hub
+            if self._gap is None and pending and len(pending) >= hub.burst_threshold and hub.linger:
+                # A burst: let it finish (or overflow into one marker). Not woken by events;
+                # close() takes effect when the linger ends.
+                await asyncio.sleep(hub.linger)
+                if self.close_reason is not None:
+                    return None
+            batch = self.take_nowait()
+            if batch:
+                return batch
+            await self._wait()
+
+    def take_nowait(self) -> list[ChangeEvent]:
+        """What is pending now (possibly nothing), without waiting."""
+        if self._gap is not None:
+            batch = [self._gap]
+        elif self._pending:
+            batch = list(self._pending.values())
+        else:
+            return []
+        self._gap = None
+        self._pending = None
+        return batch
+
+    async def _wait(self) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiter = waiter
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def close(self, reason: CloseReason = CloseReason.UNSUBSCRIBED) -> None:
+        """Leave the hub; a consumer waiting in ``async for`` stops. Idempotent."""
+        if self.close_reason is not None:
+            return
+        self.close_reason = reason
+        self._pending = None
+        self._gap = None
+        self._hub._remove(self)
+        self._wake()
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = self.close_reason.value if self.close_reason else "open"
+        return f"<Subscription tenant={self.tenant_id} {state}>"
+
+    # -- hub side ------------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _push(self, event: ChangeEvent, now: float) -> None:
+        hub = self._hub
+        if self._gap is not None or self._pending:
+            if now - self._since > hub.max_lag:
+                self.close(CloseReason.SLOW_CONSUMER)
+                return
+            if self._gap is not None:
+                return  # the pending marker already covers it
+        else:
+            self._since = now
+        if event.kind == GAP:
+            self._set_gap(event.op, event.seq)
+            return
+        pending = self._pending
+        if pending is None:
+            pending = self._pending = {}
+        key = (event.kind, event.uri, _OP_CLASS.get(event.op, event.op))
+        pending.pop(key, None)  # the later event wins, and takes the later place
+        pending[key] = event
+        if len(pending) > hub.max_batch:
+            self._set_gap("overflow", None)
+        elif len(pending) == 1:
+            self._wake()
+
+    def _set_gap(self, reason: str, seq: int | None) -> None:
+        self._pending = None
+        self._gap = ChangeEvent(self.tenant_id, GAP, None, reason, seq)
+        self._wake()
+
+
+class EventHub:
+    """Fans change events out to per-tenant subscriptions; see the module docstring for the rules."""
+
+    def __init__(
+        self,
+        *,
+        max_batch: int = 256,
+        burst_threshold: int = 32,
+        linger: float = 0.05,
+        max_lag: float = 10.0,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.max_batch = max_batch
+        self.burst_threshold = burst_threshold
+        self.linger = linger
+        self.max_lag = max_lag
+        self._clock = clock
+        self._by_tenant: dict[int, dict[Subscription, None]] = {}
+        self._count = 0
+        self.closed = False
+        self.published = 0  # events published (for benchmarks and diagnostics)
+        self.dropped_slow = 0  # subscriptions closed as slow consumers
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _now(self) -> float:
+        return self._clock() if self._clock is not None else asyncio.get_running_loop().time()
+
+    def subscribe(self, tenant_id: int) -> Subscription:
+        """A subscription to ``tenant_id``'s events, registered at once. After ``close_all`` it is
+        born closed (reason shutdown), so a late stream ends at once."""
+        if tenant_id == ALL_TENANTS:
+            raise ValueError("subscribe to one tenant")
+        subscription = Subscription(self, tenant_id)
+        if self.closed:
+            subscription.close_reason = CloseReason.SHUTDOWN
+            return subscription
+        self._by_tenant.setdefault(tenant_id, {})[subscription] = None
+        self._count += 1
+        return subscription
+
+    def subscriptions(self, tenant_id: int | None = None) -> list[Subscription]:
+        if tenant_id is None:
+            return [sub for subs in self._by_tenant.values() for sub in subs]
+        return list(self._by_tenant.get(tenant_id, ()))
+
+    def publish(self, event: ChangeEvent) -> None:
+        """Hand ``event`` to its tenant's subscriptions (to all of them for a gap with tenant
+        ALL_TENANTS). Synchronous and never blocks: called from the listener's callback."""
+        if self.closed:
+            return
+        self.published += 1
+        if event.tenant_id == ALL_TENANTS:
+            if event.kind != GAP:
+                return
+            targets = [sub for subs in self._by_tenant.values() for sub in subs]
+        else:
+            subs = self._by_tenant.get(event.tenant_id)
+            if not subs:
+                return
+            targets = list(subs)  # a slow consumer leaves the dict while we go round
+        now = self._now()
+        for sub in targets:
+            sub._push(event, now)
+
+    def publish_gap(self, reason: str = "reconnected", seq: int | None = None) -> None:
+        """Tell every subscription of every tenant that it may have missed changes."""
+        self.publish(ChangeEvent(ALL_TENANTS, GAP, None, reason, seq))
+
+    def close_all(self) -> None:
+        """End every subscription's iteration (reason shutdown); later subscriptions are born
+        closed. Idempotent; safe to call from ``loop.call_soon_threadsafe``."""
+        self.closed = True
+        for sub in self.subscriptions():
+            sub.close(CloseReason.SHUTDOWN)
+
+    def _remove(self, sub: Subscription) -> None:
+        subs = self._by_tenant.get(sub.tenant_id)
+        if subs is not None and subs.pop(sub, False) is None:
+            self._count -= 1
+            if not subs:
+                del self._by_tenant[sub.tenant_id]
+        if sub.close_reason is CloseReason.SLOW_CONSUMER:
+            self.dropped_slow += 1

@@ -1,0 +1,314 @@
+"""The process's one LISTEN connection: NOTIFY payloads from the triggers become hub events.
+
+A dedicated asyncpg connection (not from the SQLAlchemy pool) listens on ``catalog_changes``. It is
+watched two ways: asyncpg's termination listener (the socket closed: backend terminated, server
+restarted) and a keepalive query every ``keepalive_interval`` seconds that must answer within
+``keepalive_timeout`` (a silent network). When it dies the listener reconnects with capped, jittered
+exponential backoff; after every reconnection it publishes one gap to every subscription of every
+tenant, because whatever committed while nobody listened was never announced.
+
+A reconnection always counts as a gap, even when ``max(seq)`` in the feed did not move: identity
+values are taken at insert and committed in any order, so a transaction holding a lower seq may
+have committed while we were away. ``last_seq`` (highest seen) and the feed's ``max(seq)`` at the
+reconnection are kept for diagnostics and travel as the gap's ``seq``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import asyncpg
+from sqlalchemy.engine import URL, make_url
+
+from catalog.db.engine import NOTIFY_CHANNEL
+from catalog.events.hub import ChangeEvent, EventHub
+
+logger = logging.getLogger("catalog.events")
+
+APPLICATION_NAME = "catalog-listener"
+
+
+def listener_dsn(url: str | URL) -> str:
+    """A plain ``postgresql://`` DSN for asyncpg from any SQLAlchemy URL."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def parse_payload(payload: str) -> ChangeEvent:
+    """A trigger's payload ``{"t", "k", "u", "o", "s"}`` as an event; ValueError if malformed."""
+    try:
+        data = json.loads(payload)
+        tenant, kind, uri, op, seq = data["t"], data["k"], data.get("u"), data["o"], data.get("s")
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"malformed change payload: {payload[:200]!r}") from exc
+    if (
+        type(tenant) is not int
+        or tenant <= 0
+        or not isinstance(kind, str)
+        or not isinstance(op, str)
+        or not (uri is None or isinstance(uri, str))
+        or not (seq is None or type(seq) is int)
+    ):
+        raise ValueError(f"malformed change payload: {payload[:200]!r}")
+    return ChangeEvent(tenant, kind, uri, op, seq)
+
+
+class ChangeListener:
+    """Feeds ``hub`` from PostgreSQL; ``start()``, then ``stop()``. ``status()`` is the readiness probe."""
+
+    def __init__(
+        self,
+        dsn: str,
+        hub: EventHub,
+        *,
+        application_name: str = APPLICATION_NAME,
+        keepalive_interval: float = 2.0,
+        keepalive_timeout: float = 2.0,
+        connect_timeout: float = 5.0,
+        backoff_initial: float = 0.1,
+        backoff_max: float = 5.0,
+    ) -> None:
+        self._dsn = dsn
+        self.hub = hub
+        self.application_name = application_name
+        self.keepalive_interval = keepalive_interval
+        self.keepalive_timeout = keepalive_timeout
+        self.connect_timeout = connect_timeout
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+
+        self.connected = False
+        self.last_seq: int | None = None  # highest seq seen in a notification or the feed
+        self.connections = 0  # successful connections so far (reconnections = connections - 1)
+        self._conn: asyncpg.Connection | None = None
+        self._lock = asyncio.Lock()  # one query at a time on the connection
+        self._task: asyncio.Task[None] | None = None
+        self._resolving: set[asyncio.Task[None]] = set()
+        self._down_since: datetime | None = None
+        self._attempts = 0
+        self._last_error: str | None = None
+        self._stopped = False
+        self._state_listeners: list[Callable[[ChangeListener], None]] = []
+        self._connected_waiters: list[asyncio.Future[None]] = []
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self, wait: float | None = 5.0) -> bool:
+        """Start listening in the background; wait up to ``wait`` seconds for the first LISTEN.
+        Returns whether it is listening (if not, it keeps trying and ``status()`` says why)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="catalog-listener")
+        if wait is None or self.connected:
+            return self.connected
+        waiter = asyncio.get_running_loop().create_future()
+        self._connected_waiters.append(waiter)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waiter, wait)
+        return self.connected
+
+    async def stop(self) -> None:
+        """Stop listening and close the connection (promptly: no graceful wait beyond a second)."""
+        self._stopped = True
+        tasks = [t for t in (self._task, *self._resolving) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self._discard_connection()
+        self._set_state(connected=False)
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def status(self) -> str:
+        """The readiness probe: "ok", or what is wrong."""
+        if self.connected:
+            return "ok"
+        if self._stopped:
+            return "stopped"
+        if self._down_since is None:
+            return "starting"
+        since = self._down_since.isoformat(timespec="seconds").replace("+00:00", "Z")
+        detail = f"reconnecting since {since} ({self._attempts} attempts"
+        if self._last_error:
+            detail += f"; last error: {self._last_error}"
+        return detail + ")"
+
+    def add_state_listener(self, callback: Callable[[ChangeListener], None]) -> None:
+        """``callback(listener)`` runs synchronously on every change of ``connected``."""
+        self._state_listeners.append(callback)
+
+    @property
+    def backend_pid(self) -> int | None:
+        conn = self._conn
+        return conn.get_server_pid() if conn is not None and self.connected else None
+
+    def _set_state(self, *, connected: bool) -> None:
+        if connected == self.connected:
+            return
+        self.connected = connected
+        if connected:
+            self._down_since = None
+            self._attempts = 0
+            self._last_error = None
+            waiters, self._connected_waiters = self._connected_waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+        elif self._down_since is None and not self._stopped:
+            self._down_since = datetime.now(UTC)
+        for callback in list(self._state_listeners):
+            try:
+                callback(self)
+            except Exception:
+                logger.exception("event listener: a state listener failed")
+
+    # -- the connection loop -------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        failures = 0
+        while not self._stopped:
+            lost = asyncio.get_running_loop().create_future()
+            try:
+                max_seq = await self._connect(lost)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._attempts += 1
+                self._last_error = _describe(exc)
+                if self._down_since is None:
+                    self._down_since = datetime.now(UTC)
+                delay = self._backoff(failures)
+                failures += 1
+                logger.warning(
+                    "event listener: cannot connect (%s); retrying in %.2fs", self._last_error, delay
+                )
+                await self._discard_connection()
+                await asyncio.sleep(delay)
+                continue
+            failures = 0
+            self.connections += 1
+            self._set_state(connected=True)
+            if self.connections > 1:
+                logger.info(
+                    "event listener: reconnected (feed at seq %s, last seen %s); announcing a gap",
+                    max_seq,
+                    self.last_seq,
+                )
+            if max_seq is not None and (self.last_seq is None or max_seq > self.last_seq):
+                self.last_seq = max_seq
+            # After LISTEN is in place: anything committed later is announced, anything before is
+            # covered by the gap. Harmless at first start (no subscriptions yet, or nothing stale).
+            self.hub.publish_gap("reconnected", max_seq)
+            await self._watch(lost)
+            self._set_state(connected=False)
+            await self._discard_connection()
+            if not self._stopped:
+                # The first retry comes quickly (a terminated backend, a restart); later ones back off.
+                await asyncio.sleep(self._backoff(0))
+
+    async def _connect(self, lost: asyncio.Future[None]) -> int | None:
+        conn = await asyncpg.connect(
+            self._dsn,
+            timeout=self.connect_timeout,
+            command_timeout=self.keepalive_timeout + self.connect_timeout,
+            server_settings={"application_name": self.application_name},
+        )
+        self._conn = conn
+
+        def on_terminated(_: object) -> None:
+            if not lost.done():
+                lost.set_result(None)
+            if conn is self._conn:
+                self._set_state(connected=False)
+
+        conn.add_termination_listener(on_terminated)
+        # The feed is behind row-level security; this connection reads it for every tenant.
+        await conn.execute("SELECT set_config('catalog.all_tenants', 'on', false)")
+        await conn.add_listener(NOTIFY_CHANNEL, self._on_notify)
+        try:
+            return await conn.fetchval("SELECT max(seq) FROM change_feed")
+        except asyncpg.UndefinedTableError:
+            return None  # not migrated yet; /readyz reports the schema
+
+    async def _watch(self, lost: asyncio.Future[None]) -> None:
+        """Return when the connection is dead: closed under us, or silent to a keepalive."""
+        while not lost.done():
+            await asyncio.wait([lost], timeout=self.keepalive_interval)
+            if lost.done():
+                return
+            conn = self._conn
+            if conn is None or conn.is_closed():
+                return
+            try:
+                async with self._lock:
+                    await conn.fetchval("SELECT 1", timeout=self.keepalive_timeout)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._last_error = f"keepalive failed: {_describe(exc)}"
+                logger.warning("event listener: %s; reconnecting", self._last_error)
+                return
+
+    async def _discard_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None or conn.is_closed():
+            return
+        try:
+            await asyncio.wait_for(conn.close(), timeout=1.0)
+        except (Exception, asyncio.CancelledError):
+            conn.terminate()
+
+    def _backoff(self, failures: int) -> float:
+        ceiling = min(self.backoff_max, self.backoff_initial * (2**failures))
+        return ceiling / 2 + random.uniform(0, ceiling / 2)  # "equal jitter"
+
+    # -- notifications -------------------------------------------------------------------------
+
+    def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            event = parse_payload(payload)
+        except ValueError as exc:
+            logger.warning("event listener: %s", exc)
+            return
+        if event.seq is not None and (self.last_seq is None or event.seq > self.last_seq):
+            self.last_seq = event.seq
+        if event.uri is None and event.seq is not None:
+            # The URI was too long for the payload; the feed has it.
+            task = asyncio.get_running_loop().create_task(self._resolve(event))
+            self._resolving.add(task)
+            task.add_done_callback(self._resolving.discard)
+            return
+        self.hub.publish(event)
+
+    async def _resolve(self, event: ChangeEvent) -> None:
+        uri: str | None = None
+        conn = self._conn
+        try:
+            if conn is not None:
+                async with self._lock:
+                    uri = await conn.fetchval(
+                        "SELECT uri FROM change_feed WHERE tenant_id = $1 AND seq = $2",
+                        event.tenant_id,
+                        event.seq,
+                        timeout=self.keepalive_timeout,
+                    )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.warning("event listener: cannot read seq %s from the feed: %s", event.seq, exc)
+        if uri is None:
+            # Gone (tenant deleted) or unreadable: the tenant's streams must not stay stale.
+            self.hub.publish(ChangeEvent(event.tenant_id, "gap", None, "unresolved", event.seq))
+        else:
+            self.hub.publish(ChangeEvent(event.tenant_id, event.kind, uri, event.op, event.seq))
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
