@@ -14,6 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from catalog.core.service import Catalog
 from catalog.db.engine import create_engine, probe_app_role
 from catalog.db.migrate import head_revision
+from catalog.events import events_lifespan
 from catalog.settings import ConfigError, Settings, get_settings
 
 logger = logging.getLogger("catalog")
@@ -49,7 +50,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.lifespan_hooks = []
+    app.state.lifespan_hooks = [events_lifespan]  # first in, last out: the hub outlives streams
     expected_head = head_revision()
 
     @app.get("/healthz", include_in_schema=False)

@@ -13,6 +13,7 @@ from catalog.settings import Settings
 
 if TYPE_CHECKING:
     from catalog.auth.jwt import JwtVerifier
+    from catalog.events.hub import EventHub
 
 
 @dataclass
@@ -21,6 +22,8 @@ class Catalog:
     settings: Settings
     # name -> probe returning "ok" or what is wrong; /readyz reports each (the event listener adds one).
     readiness_probes: dict[str, Callable[[], str]] = field(default_factory=dict)
+    # Live changes of this process (catalog.events.events_lifespan sets it; None until then).
+    event_hub: EventHub | None = None
 
     @cached_property
     def signing_key(self) -> bytes:
