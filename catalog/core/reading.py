@@ -1,0 +1,277 @@
+"""What an agent may read: pages of resources and templates, and ``resources/read`` resolution.
+
+Surface-free (no MCP types): the MCP adapter translates these records and errors to the wire.
+
+Every operation loads the caller's :class:`~catalog.core.visibility.Visibility` once and passes it
+into SQL, so list, read and templates use the one visibility rule; nothing is filtered in Python.
+
+``read_resource`` resolves a URI, in this order:
+
+1. The URI is validated and canonicalised (:func:`catalog.core.uris.normalize_uri`): RFC 3986, at
+   most 2048 bytes, no control characters, and any ``..`` traversal refused, percent-encoded and
+   mixed forms included. A refused URI is :class:`InvalidResourceUri`; it never reaches the database.
+2. A stored resource with that URI that the caller may see:
+   * text -> one text item; blob -> one blob item (the bytes; the adapter base64-encodes them);
+   * ``inode/directory`` -> the contents of its visible descendants (the URIs that continue it after
+     a ``/``), in URI order, **bounded**: at most :data:`DIRECTORY_MAX_ITEMS` (100) items and
+     :data:`DIRECTORY_MAX_BYTES` (1 MiB) of raw content in total; the listing stops before the item
+     that would pass either bound and :attr:`ReadOutcome.truncated` says so. Descendant directories
+     (no content of their own) and descendants that ask for consent are left out: their contents are
+     read one by one. A directory without readable descendants is an empty ``contents`` list (it
+     exists and is empty);
+   * a resource with a ``consentMessage`` is not read until the caller passes ``consent_purpose``:
+     the outcome carries the message and no contents. With a purpose, the contents are read and an
+     audit row (``resource.consent``, ``detail.purpose``) is written in the same transaction.
+3. Else a visible template whose literal prefix starts the URI (most specific first), that has a
+   body, and whose pattern matches: its body rendered with the matched variables.
+4. Else :class:`ResourceNotFound`. Invisible and non-existent URIs are the same error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import and_, func, literal, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from catalog.core import blobs as blob_store
+from catalog.core.audit import record_audit
+from catalog.core.errors import Forbidden, InvalidInput, NotFound
+from catalog.core.principal import Principal
+from catalog.core.resources import LISTING_COLUMNS, ResourceRecord, list_page, record_from_row
+from catalog.core.service import Catalog
+from catalog.core.templates import TemplateRecord, template_from_row, template_page
+from catalog.core.uri_templates import match, parse_template, render_body
+from catalog.core.uris import (
+    InvalidUri,
+    descendant_prefix,
+    is_descendant,
+    normalize_uri,
+    uri_prefix_upper_bound,
+)
+from catalog.core.visibility import Visibility, load_visibility
+from catalog.db.engine import TenantScope, transaction
+from catalog.db.models import resources, templates
+
+PAGE_SIZE = 100
+"""Items per page of ``resources/list`` and ``resources/templates/list`` (the server's choice)."""
+
+DIRECTORY_MAX_ITEMS = 100
+"""Most content items one read of an ``inode/directory`` returns."""
+
+DIRECTORY_MAX_BYTES = 1024 * 1024
+"""Most raw content bytes (text as UTF-8, blobs before base64) one directory read returns."""
+
+RESOURCE_LISTING = "mcp.resources"
+TEMPLATE_LISTING = "mcp.templates"
+
+
+class ResourceNotFound(NotFound):
+    """No visible resource or template body answers this URI (also when it exists but is hidden)."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__("Resource not found")
+        self.uri = uri
+
+
+class InvalidResourceUri(InvalidInput):
+    def __init__(self, uri: str, reason: str) -> None:
+        super().__init__(f"Invalid resource URI: {reason}")
+        self.uri = uri
+        self.reason = reason
+
+
+class NoTenant(Forbidden):
+    """The principal is not bound to one tenant (the platform admin), so it has no catalogue to browse."""
+
+
+@dataclass(frozen=True)
+class Content:
+    uri: str
+    mime_type: str | None
+    text: str | None = None
+    blob: bytes | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class ReadOutcome:
+    uri: str
+    contents: list[Content]
+    # Set when the resource asks for consent and none was given: ``contents`` is then empty.
+    consent_message: str | None = None
+    # A directory read stopped at DIRECTORY_MAX_ITEMS / DIRECTORY_MAX_BYTES.
+    truncated: bool = False
+
+    @property
+    def needs_consent(self) -> bool:
+        return self.consent_message is not None
+
+
+def tenant_of(principal: Principal) -> int:
+    """The tenant whose catalogue the principal browses on the agent surface."""
+    if principal.tenant_id is None:
+        raise NoTenant("this credential is not bound to a tenant; use a tenant token")
+    return principal.tenant_id
+
+
+def is_public(principal: Principal) -> bool:
+    """Whether results for this principal may be shared across callers (``cacheScope: public``):
+    only an anonymous caller reading the public tenant gets results with nothing user-specific."""
+    return principal.kind == "anonymous"
+
+
+def canonical_uri(uri: str) -> str:
+    try:
+        return normalize_uri(uri)
+    except InvalidUri as exc:
+        raise InvalidResourceUri(uri, exc.reason) from None
+
+
+# -- listings -------------------------------------------------------------------------------------
+
+
+async def resources_page(
+    catalog: Catalog, principal: Principal, cursor: str | None
+) -> tuple[list[ResourceRecord], str | None]:
+    """One page (``PAGE_SIZE``) of visible resources in URI byte order; ``InvalidCursor`` on a bad cursor."""
+    tenant_id = tenant_of(principal)
+    async with transaction(catalog.engine, TenantScope.tenant(tenant_id)) as conn:
+        visibility = await load_visibility(conn, principal, tenant_id)
+        return await list_page(
+            catalog, conn, visibility, listing=RESOURCE_LISTING, cursor=cursor, limit=PAGE_SIZE
+        )
+
+
+async def templates_page(
+    catalog: Catalog, principal: Principal, cursor: str | None
+) -> tuple[list[TemplateRecord], str | None]:
+    tenant_id = tenant_of(principal)
+    async with transaction(catalog.engine, TenantScope.tenant(tenant_id)) as conn:
+        visibility = await load_visibility(conn, principal, tenant_id)
+        return await template_page(
+            catalog, conn, visibility, listing=TEMPLATE_LISTING, cursor=cursor, limit=PAGE_SIZE
+        )
+
+
+async def visibility_of(catalog: Catalog, principal: Principal) -> Visibility:
+    tenant_id = tenant_of(principal)
+    async with transaction(catalog.engine, TenantScope.tenant(tenant_id)) as conn:
+        return await load_visibility(conn, principal, tenant_id)
+
+
+# -- read -----------------------------------------------------------------------------------------
+
+
+async def read_resource(
+    catalog: Catalog, principal: Principal, uri: str, *, consent_purpose: str | None = None
+) -> ReadOutcome:
+    """Resolve ``uri`` for ``principal`` (see the module docstring)."""
+    key = canonical_uri(uri)
+    tenant_id = tenant_of(principal)
+    async with transaction(catalog.engine, TenantScope.tenant(tenant_id)) as conn:
+        visibility = await load_visibility(conn, principal, tenant_id)
+        if visibility.nothing:
+            raise ResourceNotFound(uri)
+        row = (
+            await conn.execute(
+                select(resources).where(visibility.resources_clause(resources), resources.c.uri == key)
+            )
+        ).one_or_none()
+        if row is not None:
+            record = record_from_row(row)
+            if record.consent_message:
+                if not consent_purpose:
+                    return ReadOutcome(uri, [], consent_message=record.consent_message)
+                await record_audit(
+                    conn,
+                    tenant_id,
+                    principal,
+                    "resource.consent",
+                    "resource",
+                    record.id,
+                    record.uri,
+                    None,
+                    None,
+                    {"purpose": consent_purpose},
+                )
+            if record.is_directory:
+                contents, truncated = await _directory_contents(conn, visibility, record)
+                return ReadOutcome(uri, contents, truncated=truncated)
+            return ReadOutcome(uri, await _contents_of(conn, record, uri))
+        rendered = await _rendered_template(conn, visibility, key, uri)
+        if rendered is not None:
+            return ReadOutcome(uri, [rendered])
+    raise ResourceNotFound(uri)
+
+
+async def _contents_of(conn: AsyncConnection, record: ResourceRecord, uri: str) -> list[Content]:
+    if record.blob_sha256 is not None:
+        data = await blob_store.read_bytes(conn, record.tenant_id, record.blob_sha256)
+        return [Content(uri, record.mime_type, blob=data)]
+    if record.text is not None:
+        return [Content(uri, record.mime_type, text=record.text)]
+    return []  # a stored resource without content: it exists and is empty
+
+
+async def _directory_contents(
+    conn: AsyncConnection, visibility: Visibility, directory: ResourceRecord
+) -> tuple[list[Content], bool]:
+    head = descendant_prefix(directory.uri)
+    if head is None:
+        return [], False
+    clauses = [
+        visibility.resources_clause(resources),
+        resources.c.uri >= head,
+        resources.c.consent_message.is_(None),
+        func.coalesce(resources.c.mime_type, "") != "inode/directory",
+        resources.c.size.is_not(None),
+    ]
+    upper = uri_prefix_upper_bound(head)
+    if upper is not None:
+        clauses.append(resources.c.uri < upper)
+    columns = (*LISTING_COLUMNS, resources.c.text)
+    rows = (
+        await conn.execute(
+            select(*columns).where(and_(*clauses)).order_by(resources.c.uri).limit(DIRECTORY_MAX_ITEMS + 1)
+        )
+    ).all()
+    contents: list[Content] = []
+    used = 0
+    truncated = False
+    for row in rows:
+        record = record_from_row(row)
+        if not is_descendant(directory.uri, record.uri):
+            continue  # a ``?``/``#`` continuation of the directory's own URI
+        if len(contents) == DIRECTORY_MAX_ITEMS or used + (record.size or 0) > DIRECTORY_MAX_BYTES:
+            truncated = True
+            break
+        used += record.size or 0
+        contents.extend(await _contents_of(conn, record, record.uri))
+    return contents, truncated
+
+
+async def _rendered_template(
+    conn: AsyncConnection, visibility: Visibility, key: str, uri: str
+) -> Content | None:
+    """The body of the most specific visible template that matches ``key``, rendered."""
+    prefix_len = func.length(templates.c.literal_prefix)
+    rows = (
+        await conn.execute(
+            select(templates)
+            .where(
+                visibility.templates_clause(templates),
+                templates.c.text.is_not(None),
+                func.substr(literal(key), 1, prefix_len) == templates.c.literal_prefix,
+            )
+            .order_by(prefix_len.desc(), templates.c.uri_template)
+        )
+    ).all()
+    for row in rows:
+        template = template_from_row(row)
+        variables = match(parse_template(template.uri_template), key)
+        if variables is None or template.text is None:
+            continue
+        return Content(
+            uri, template.mime_type, text=render_body(template.text, variables, template.mime_type)
+        )
+    return None

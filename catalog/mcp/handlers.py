@@ -1,0 +1,287 @@
+"""MCP request handlers: thin translations between ``mcp_types`` and ``catalog.core``.
+
+Each factory takes the :class:`~catalog.mcp.adapter.McpEndpoint` (for the catalog, known once the
+app runs) and returns an SDK handler ``async (ctx, params) -> result``. Era decisions (error codes,
+consent flow, cache hints) are the adapter's; see its module docstring.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
+
+from catalog.core import reading
+from catalog.core.completion import InvalidArgument, UnknownTemplate, complete_argument
+from catalog.core.cursors import InvalidCursor
+from catalog.core.reading import Content, InvalidResourceUri, ReadOutcome, ResourceNotFound
+from catalog.core.resources import ResourceRecord
+from catalog.core.templates import TemplateRecord
+from catalog.mcp.adapter import (
+    CONSENT_DECLINED,
+    LIST_TTL_MS,
+    READ_TTL_MS,
+    TEMPLATES_TTL_MS,
+    cache_scope,
+    is_modern,
+    not_found,
+    principal_of,
+    supports_form_elicitation,
+)
+
+if TYPE_CHECKING:
+    from catalog.mcp.adapter import McpEndpoint
+
+Ctx = ServerRequestContext[Any, Any]
+
+CONSENT_KEY = "consent"
+CONSENT_STATE = "consent"
+CONSENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "accept": {"type": "boolean", "title": "I consent", "description": "Allow reading this resource"},
+        "purpose": {
+            "type": "string",
+            "title": "Purpose",
+            "description": "Why you need it (kept in the audit log)",
+        },
+    },
+    "required": ["accept", "purpose"],
+}
+CONSENT_CAPABILITIES = {"elicitation": {"form": {}}}
+
+
+def invalid_cursor() -> MCPError:
+    return MCPError(INVALID_PARAMS, "Invalid cursor", data={"reason": "invalid_cursor"})
+
+
+# -- converters -----------------------------------------------------------------------------------
+
+
+def _present(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def to_resource(record: ResourceRecord) -> types.Resource:
+    return types.Resource.model_validate(
+        _present(
+            {
+                "uri": record.uri,
+                "name": record.name,
+                "title": record.title,
+                "description": record.description,
+                "mimeType": record.mime_type,
+                "size": record.size,
+                "icons": record.icons,
+                "annotations": record.effective_annotations(),
+                "_meta": record.meta,
+            }
+        )
+    )
+
+
+def to_template(record: TemplateRecord) -> types.ResourceTemplate:
+    return types.ResourceTemplate.model_validate(
+        _present(
+            {
+                "uriTemplate": record.uri_template,
+                "name": record.name,
+                "title": record.title,
+                "description": record.description,
+                "mimeType": record.mime_type,
+                "icons": record.icons,
+                "annotations": record.annotations or None,
+                "_meta": record.meta,
+            }
+        )
+    )
+
+
+def to_contents(items: list[Content]) -> list[types.TextResourceContents | types.BlobResourceContents]:
+    out: list[types.TextResourceContents | types.BlobResourceContents] = []
+    for item in items:
+        if item.blob is not None:
+            blob = base64.b64encode(item.blob).decode()
+            out.append(types.BlobResourceContents(uri=item.uri, mime_type=item.mime_type, blob=blob))
+        else:
+            out.append(
+                types.TextResourceContents(uri=item.uri, mime_type=item.mime_type, text=item.text or "")
+            )
+    return out
+
+
+# -- handlers -------------------------------------------------------------------------------------
+
+
+def list_resources(endpoint: McpEndpoint):
+    async def handler(ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        principal = principal_of(ctx)
+        try:
+            records, next_cursor = await reading.resources_page(
+                endpoint.catalog, principal, params.cursor if params else None
+            )
+        except InvalidCursor:
+            raise invalid_cursor() from None
+        return types.ListResourcesResult(
+            resources=[to_resource(r) for r in records],
+            next_cursor=next_cursor,
+            ttl_ms=LIST_TTL_MS,
+            cache_scope=cache_scope(principal),
+        )
+
+    return handler
+
+
+def list_templates(endpoint: McpEndpoint):
+    async def handler(
+        ctx: Ctx, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        principal = principal_of(ctx)
+        try:
+            records, next_cursor = await reading.templates_page(
+                endpoint.catalog, principal, params.cursor if params else None
+            )
+        except InvalidCursor:
+            raise invalid_cursor() from None
+        return types.ListResourceTemplatesResult(
+            resource_templates=[to_template(t) for t in records],
+            next_cursor=next_cursor,
+            ttl_ms=TEMPLATES_TTL_MS,
+            cache_scope=cache_scope(principal),
+        )
+
+    return handler
+
+
+def _purpose(answer: types.ElicitResult) -> str | None:
+    content = answer.content or {}
+    purpose = content.get("purpose")
+    if (
+        answer.action == "accept"
+        and content.get("accept") is True
+        and isinstance(purpose, str)
+        and purpose.strip()
+    ):
+        return purpose.strip()
+    return None
+
+
+def _declined(uri: str, action: str) -> MCPError:
+    return MCPError(
+        CONSENT_DECLINED, "Consent declined; nothing was read", data={"uri": uri, "action": action}
+    )
+
+
+def read_resource(endpoint: McpEndpoint):
+    async def read(ctx: Ctx, uri: str, purpose: str | None = None) -> ReadOutcome:
+        try:
+            return await reading.read_resource(
+                endpoint.catalog, principal_of(ctx), uri, consent_purpose=purpose
+            )
+        except ResourceNotFound:
+            raise not_found(ctx, uri) from None
+        except InvalidResourceUri as exc:
+            raise MCPError(INVALID_PARAMS, exc.detail, data={"uri": uri}) from None
+
+    def finished(ctx: Ctx, outcome: ReadOutcome, *, ttl_ms: int) -> types.ReadResourceResult:
+        return types.ReadResourceResult(
+            contents=to_contents(outcome.contents),
+            ttl_ms=ttl_ms,
+            cache_scope=cache_scope(principal_of(ctx)) if ttl_ms else "private",
+        )
+
+    def ask(outcome: ReadOutcome) -> types.InputRequiredResult:
+        return types.InputRequiredResult(
+            input_requests={
+                CONSENT_KEY: types.ElicitRequest(
+                    params=types.ElicitRequestFormParams(
+                        message=outcome.consent_message or "", requested_schema=CONSENT_SCHEMA
+                    )
+                )
+            },
+            request_state=CONSENT_STATE,  # plaintext here; RequestStateBoundary seals it on the way out
+        )
+
+    async def modern_consent(
+        ctx: Ctx, params: types.ReadResourceRequestParams, outcome: ReadOutcome
+    ) -> types.ReadResourceResult | types.InputRequiredResult:
+        # RequestStateBoundary has already verified and unsealed requestState (else -32602).
+        answer = (params.input_responses or {}).get(CONSENT_KEY)
+        if params.request_state == CONSENT_STATE and isinstance(answer, types.ElicitResult):
+            if answer.action in ("decline", "cancel"):
+                raise _declined(params.uri, answer.action)
+            purpose = _purpose(answer)
+            if purpose is not None:
+                return finished(ctx, await read(ctx, params.uri, purpose), ttl_ms=0)
+        if not supports_form_elicitation(ctx):
+            raise MCPError(
+                MISSING_REQUIRED_CLIENT_CAPABILITY,
+                "Reading this resource needs consent: the client must declare the elicitation (form) capability",
+                data={"requiredCapabilities": CONSENT_CAPABILITIES},
+            )
+        return ask(outcome)
+
+    async def legacy_consent(
+        ctx: Ctx, params: types.ReadResourceRequestParams, outcome: ReadOutcome
+    ) -> types.ReadResourceResult:
+        if not supports_form_elicitation(ctx):
+            raise MCPError(
+                INVALID_PARAMS,
+                "Reading this resource needs consent: the client must declare the elicitation capability",
+                data={"uri": params.uri, "requiredCapabilities": CONSENT_CAPABILITIES},
+            )
+        # Server-initiated elicitation/create on this POST's SSE stream (needs json_response=False).
+        answer = await ctx.session.elicit_form(
+            outcome.consent_message or "", CONSENT_SCHEMA, related_request_id=ctx.request_id
+        )
+        purpose = _purpose(answer)
+        if purpose is None:
+            raise _declined(
+                params.uri, answer.action if answer.action != "accept" else "accept-without-purpose"
+            )
+        return finished(ctx, await read(ctx, params.uri, purpose), ttl_ms=0)
+
+    async def handler(
+        ctx: Ctx, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult | types.InputRequiredResult:
+        outcome = await read(ctx, params.uri)
+        if not outcome.needs_consent:
+            return finished(ctx, outcome, ttl_ms=READ_TTL_MS)
+        if is_modern(ctx):
+            return await modern_consent(ctx, params, outcome)
+        return await legacy_consent(ctx, params, outcome)
+
+    return handler
+
+
+def complete(endpoint: McpEndpoint):
+    async def handler(ctx: Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
+        if not isinstance(params.ref, types.ResourceTemplateReference):
+            raise MCPError(
+                INVALID_PARAMS, "Only resource template arguments can be completed (no prompts here)"
+            )
+        context = (params.context.arguments if params.context else None) or {}
+        try:
+            result = await complete_argument(
+                endpoint.catalog,
+                principal_of(ctx),
+                params.ref.uri,
+                params.argument.name,
+                params.argument.value,
+                context,
+            )
+        except UnknownTemplate:
+            raise MCPError(
+                INVALID_PARAMS, "Unknown resource template", data={"uri": params.ref.uri}
+            ) from None
+        except InvalidArgument as exc:
+            raise MCPError(INVALID_PARAMS, exc.detail, data={"uri": params.ref.uri}) from None
+        return types.CompleteResult(
+            completion=types.Completion(values=result.values, total=result.total, has_more=result.has_more)
+        )
+
+    return handler
