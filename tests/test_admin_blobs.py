@@ -1,0 +1,133 @@
+"""Blobs: streamed upload (hashed server-side, deduplicated per tenant, size-limited while
+streaming) and streamed download with the right headers."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from catalog.settings import Settings
+
+from .test_admin_support import (  # noqa: F401  (fixtures)
+    API,
+    app,
+    assert_problem,
+    b64,
+    client,
+    db,
+    tenant,
+)
+
+LIMIT = 1024
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    return settings.model_copy(update={"max_blob_bytes": LIMIT})
+
+
+def blobs(slug: str, suffix: str = "") -> str:
+    return f"{API}/tenants/{slug}/blobs{suffix}"
+
+
+async def test_upload_answers_201_with_sha256_size_and_mime_type(
+    client: httpx.AsyncClient, tenant: str, db
+) -> None:
+    data = b"\x89PNG\r\n\x1a\n" + bytes(500)
+    response = await client.post(blobs(tenant), content=data, headers={"Content-Type": "image/png"})
+    assert response.status_code == 201
+    sha = hashlib.sha256(data).hexdigest()
+    assert response.json() == {"sha256": sha, "size": len(data), "mimeType": "image/png"}
+    assert response.headers["location"] == blobs(tenant, f"/{sha}")
+    assert bytes(await db.fetchval("SELECT data FROM blobs WHERE sha256 = $1", sha)) == data
+
+
+async def test_same_bytes_again_answer_200_and_are_stored_once(
+    client: httpx.AsyncClient, tenant: str, db
+) -> None:
+    first = await client.post(blobs(tenant), content=b"same", headers={"Content-Type": "text/plain"})
+    again = await client.post(blobs(tenant), content=b"same", headers={"Content-Type": "application/x-other"})
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json() == first.json()  # the blob as first stored, mime type included
+    assert await db.fetchval("SELECT count(*) FROM blobs") == 1
+
+
+async def test_dedup_is_per_tenant(client: httpx.AsyncClient, tenant: str, db) -> None:
+    await client.post(f"{API}/tenants", json={"slug": "other"})
+    assert (await client.post(blobs(tenant), content=b"shared")).status_code == 201
+    assert (await client.post(blobs("other"), content=b"shared")).status_code == 201
+    assert await db.fetchval("SELECT count(DISTINCT tenant_id) FROM blobs") == 2
+
+
+async def test_missing_content_type_defaults_to_octet_stream(client: httpx.AsyncClient, tenant: str) -> None:
+    response = await client.post(blobs(tenant), content=b"raw")
+    assert response.json()["mimeType"] == "application/octet-stream"
+    empty = await client.post(blobs(tenant), content=b"")
+    assert empty.status_code == 201 and empty.json()["size"] == 0
+
+
+async def test_invalid_content_type_is_422(client: httpx.AsyncClient, tenant: str, db) -> None:
+    response = await client.post(blobs(tenant), content=b"x", headers={"Content-Type": "not a type"})
+    assert_problem(response, 422, "#/header/content-type")
+    assert await db.fetchval("SELECT count(*) FROM blobs") == 0
+
+
+async def test_download_streams_bytes_with_content_type_and_length(
+    client: httpx.AsyncClient, tenant: str
+) -> None:
+    data = bytes(range(256)) * 4  # exactly the limit
+    sha = (await client.post(blobs(tenant), content=data, headers={"Content-Type": "text/csv"})).json()[
+        "sha256"
+    ]
+    response = await client.get(blobs(tenant, f"/{sha}"))
+    assert response.status_code == 200
+    assert response.content == data
+    assert response.headers["content-type"] == "text/csv"  # as uploaded, no charset added
+    assert response.headers["content-length"] == str(len(data))
+    assert response.headers["etag"] == f'"{sha}"'
+
+
+async def test_unknown_blob_is_404_and_malformed_sha_422(client: httpx.AsyncClient, tenant: str) -> None:
+    assert_problem(await client.get(blobs(tenant, "/" + "0" * 64)), 404)
+    assert_problem(await client.get(blobs(tenant, "/XYZ")), 422, "#/path/sha256")
+
+
+async def test_blob_over_the_limit_is_413_while_streaming_and_nothing_is_stored(
+    client: httpx.AsyncClient, tenant: str, db
+) -> None:
+    sent = 0
+
+    async def body() -> AsyncIterator[bytes]:
+        nonlocal sent
+        for _ in range(64):
+            sent += 1
+            yield b"x" * 512
+
+    response = await client.post(blobs(tenant), content=body())  # chunked: no Content-Length
+    problem = assert_problem(response, 413)
+    assert str(LIMIT) in problem["detail"]
+    assert sent < 64  # refused part-way, not after reading the whole body
+    assert await db.fetchval("SELECT count(*) FROM blobs") == 0
+
+
+async def test_declared_length_over_the_limit_is_413_before_reading(
+    client: httpx.AsyncClient, tenant: str, db
+) -> None:
+    response = await client.post(blobs(tenant), content=b"y" * (LIMIT + 1))
+    assert_problem(response, 413)
+    assert await db.fetchval("SELECT count(*) FROM blobs") == 0
+
+
+async def test_base64_blob_over_the_limit_in_a_resource_is_413_and_writes_nothing(
+    client: httpx.AsyncClient, tenant: str, db
+) -> None:
+    response = await client.post(
+        f"{API}/tenants/{tenant}/resources",
+        json={"uri": "test://big", "name": "big", "blob": b64(bytes(LIMIT + 1))},
+    )
+    assert_problem(response, 413)
+    for table in ("blobs", "resources", "resource_versions", "audit_log", "change_feed"):
+        assert await db.fetchval(f"SELECT count(*) FROM {table}") == 0, table
