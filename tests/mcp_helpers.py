@@ -133,6 +133,7 @@ class Served:
     app: Any
     fixture: Fixture
     loop: asyncio.AbstractEventLoop | None = None
+    database_url: str = ""
 
     @property
     def mcp_url(self) -> str:
@@ -216,7 +217,7 @@ async def served(settings: Settings) -> AsyncIterator[Served]:
     if events_lifespan not in app.state.lifespan_hooks:
         app.state.lifespan_hooks.insert(0, events_lifespan)
     with serve(app) as (base_url, loop):
-        yield Served(base_url, app, fixture, loop)
+        yield Served(base_url, app, fixture, loop, settings.database_url or "")
 
 
 async def all_pages(client: Client, method: str = "resources") -> tuple[list[Any], list[Any]]:
