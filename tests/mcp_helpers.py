@@ -8,8 +8,9 @@ import base64
 import contextlib
 import json
 import threading
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,7 @@ class Served:
     fixture: Fixture
     loop: asyncio.AbstractEventLoop | None = None
     database_url: str = ""
+    stop: Callable[[], float] = lambda: 0.0
 
     @property
     def mcp_url(self) -> str:
@@ -178,8 +180,9 @@ async def module_database(postgres_server: Any, template_database: str) -> Async
 
 
 @contextlib.contextmanager
-def serve(app: Any) -> Iterator[tuple[str, asyncio.AbstractEventLoop]]:
-    """Serve ``app`` with uvicorn in a thread; shutdown closes MCP streams first, as ``catalog serve``."""
+def serve(app: Any) -> Iterator[tuple[str, asyncio.AbstractEventLoop, Callable[[], float]]]:
+    """Serve ``app`` with uvicorn in a thread; shutdown closes MCP streams first, as ``catalog serve``.
+    Yields the base URL, the server's event loop and a ``stop()`` returning how long shutdown took."""
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = uvicorn_server_class(app.state.mcp)(config)
@@ -200,12 +203,19 @@ def serve(app: Any) -> Iterator[tuple[str, asyncio.AbstractEventLoop]]:
         ready.wait(0.02)
     if not server.started:
         raise RuntimeError("test server did not start")
-    try:
-        yield f"http://127.0.0.1:{port}", loops[0]
-    finally:
+
+    def stop() -> float:
+        started = time.monotonic()
         server.should_exit = True
         thread.join(timeout=15)
         assert not thread.is_alive(), "the server did not shut down"
+        return time.monotonic() - started
+
+    try:
+        yield f"http://127.0.0.1:{port}", loops[0], stop
+    finally:
+        if thread.is_alive():
+            stop()
 
 
 @contextlib.asynccontextmanager
@@ -216,8 +226,8 @@ async def served(settings: Settings) -> AsyncIterator[Served]:
 
     if events_lifespan not in app.state.lifespan_hooks:
         app.state.lifespan_hooks.insert(0, events_lifespan)
-    with serve(app) as (base_url, loop):
-        yield Served(base_url, app, fixture, loop, settings.database_url or "")
+    with serve(app) as (base_url, loop, stop):
+        yield Served(base_url, app, fixture, loop, settings.database_url or "", stop)
 
 
 async def all_pages(client: Client, method: str = "resources") -> tuple[list[Any], list[Any]]:
