@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 
 import httpx
 
@@ -361,7 +362,7 @@ async def test_every_change_bumps_version_keeps_history_and_writes_audit_and_fee
     )
     assert [a["action"] for a in audit] == ["resource.create"] + ["resource.update"] * 3
     assert audit[0]["before_digest"] is None and audit[0]["after_digest"]
-    for earlier, later in zip(audit, audit[1:], strict=False):
+    for earlier, later in itertools.pairwise(audit):
         assert later["before_digest"] == earlier["after_digest"] != later["after_digest"]
 
     await client.delete(path(tenant, f"/{rid}"))

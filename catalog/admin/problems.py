@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -14,6 +15,15 @@ from catalog.core.errors import CatalogError, FieldError, Unauthenticated
 
 PROBLEM_TYPE_BASE = "https://catalog.invalid/problems/"
 PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+
+class ProblemResponse(JSONResponse):
+    media_type = PROBLEM_MEDIA_TYPE
+
+    def render(self, content: Any) -> bytes:
+        # ASCII-escaped: a problem may quote the client's input, which can hold unpaired surrogates
+        # that have no UTF-8 form (they are sent back as \\uXXXX escapes, not refused with a 500).
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 def problem_response(
@@ -31,7 +41,7 @@ def problem_response(
     }
     if errors:
         body["errors"] = [{"pointer": e.pointer, "detail": e.detail} for e in errors]
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_MEDIA_TYPE, headers=headers)
+    return ProblemResponse(body, status_code=status, headers=headers)
 
 
 def pointer_for(location: tuple[int | str, ...] | list[int | str]) -> str:

@@ -83,7 +83,9 @@ MAX_JSON_DEPTH = 32
 
 
 def _escape_pointer(part: object) -> str:
-    return str(part).replace("~", "~0").replace("/", "~1")
+    # An unpaired surrogate in a key is shown backslash-escaped: error messages must be UTF-8.
+    text = str(part).encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.replace("~", "~0").replace("/", "~1")
 
 
 def _string_problem(text: str) -> str | None:

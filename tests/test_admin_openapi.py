@@ -1,0 +1,58 @@
+"""The admin API's contract shows in /openapi.json (typed bodies and responses) and /docs."""
+
+from __future__ import annotations
+
+import httpx
+
+from .test_admin_support import anon, app  # noqa: F401  (fixtures)
+
+CONTRACT = {
+    "/admin/v1/tenants": {"get", "post"},
+    "/admin/v1/tenants/{slug}": {"delete"},
+    "/admin/v1/tenants/{slug}/resources": {"get", "post", "put"},
+    "/admin/v1/tenants/{slug}/resources/{id}": {"get", "patch", "delete"},
+    "/admin/v1/tenants/{slug}/resources/{id}/versions": {"get"},
+    "/admin/v1/tenants/{slug}/blobs": {"post"},
+    "/admin/v1/tenants/{slug}/blobs/{sha256}": {"get"},
+    "/admin/v1/tenants/{slug}/templates": {"get", "post"},
+    "/admin/v1/tenants/{slug}/templates/{id}": {"get", "patch", "delete"},
+    "/admin/v1/tenants/{slug}/grants": {"get", "post"},
+    "/admin/v1/tenants/{slug}/grants/{id}": {"delete"},
+    "/admin/v1/tenants/{slug}/tokens": {"get", "post"},
+    "/admin/v1/tenants/{slug}/tokens/{id}": {"delete"},
+    "/admin/v1/tenants/{slug}/audit": {"get"},
+    "/admin/v1/tenants/{slug}/changes": {"get"},
+}
+
+
+async def test_every_contract_route_is_in_the_openapi_document(anon: httpx.AsyncClient) -> None:
+    spec = (await anon.get("/openapi.json")).json()
+    admin_paths = {p: set(ops) for p, ops in spec["paths"].items() if p.startswith("/admin/v1")}
+    assert admin_paths == CONTRACT
+
+
+async def test_bodies_and_responses_are_typed_in_camel_case(anon: httpx.AsyncClient) -> None:
+    spec = (await anon.get("/openapi.json")).json()
+    schemas = spec["components"]["schemas"]
+    resource_in = schemas["ResourceIn"]["properties"]
+    assert {"uri", "name", "mimeType", "blob", "blobSha256", "consentMessage", "annotations"} <= set(
+        resource_in
+    )
+    assert "size" not in resource_in
+    assert {"id", "version", "createdAt", "updatedAt", "size"} <= set(schemas["ResourceOut"]["properties"])
+    assert {"audience", "priority", "lastModified"} == set(schemas["Annotations"]["properties"])
+    post = spec["paths"]["/admin/v1/tenants/{slug}/resources"]["post"]
+    assert post["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/ResourceIn")
+    assert post["responses"]["201"]["content"]["application/json"]["schema"]["$ref"].endswith("/ResourceOut")
+    tokens = spec["paths"]["/admin/v1/tenants/{slug}/tokens"]["post"]["responses"]["201"]
+    assert tokens["content"]["application/json"]["schema"]["$ref"].endswith("/TokenCreated")
+    upload = spec["paths"]["/admin/v1/tenants/{slug}/blobs"]["post"]
+    assert upload["requestBody"]["content"]["*/*"]["schema"]["format"] == "binary"
+    assert {"200", "201", "413"} <= set(upload["responses"])
+    changes = spec["paths"]["/admin/v1/tenants/{slug}/changes"]["get"]
+    assert {p["name"] for p in changes["parameters"]} == {"slug", "after", "limit"}
+
+
+async def test_docs_page_is_served(anon: httpx.AsyncClient) -> None:
+    response = await anon.get("/docs")
+    assert response.status_code == 200 and "swagger" in response.text.lower()
