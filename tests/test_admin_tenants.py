@@ -52,7 +52,7 @@ async def test_deleting_a_tenant_removes_every_row_of_it_and_nothing_else(
 ) -> None:
     await client.post(f"{API}/tenants", json={"slug": "keep"})
     for slug in (tenant, "keep"):
-        text = (await create_resource(client, slug, uri="test://text", text="t")).json()
+        text = (await create_resource(client, slug, uri="test://text", text="t", tags=["kept"])).json()
         await create_resource(client, slug, uri="test://blob", blob=b64(b"\x00\x01"))
         patched = await client.patch(f"{API}/tenants/{slug}/resources/{text['id']}", json={"title": "v2"})
         assert patched.json()["version"] == 2

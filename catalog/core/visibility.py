@@ -15,13 +15,68 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Table, Text, and_, bindparam, false, literal, or_, select, true
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Integer,
+    Table,
+    Text,
+    TextualSelect,
+    and_,
+    bindparam,
+    false,
+    literal,
+    or_,
+    select,
+    text,
+    true,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.principal import Principal
 from catalog.core.uris import uri_prefix_upper_bound
 from catalog.db.models import grants
+
+_BEYOND_EVERY_URI = "\U0010ffff" * 4
+
+_SPARSE_PAGE = (
+    text(
+        """
+        SELECT page.uri FROM (
+            SELECT scan.uri
+            FROM unnest(CAST(:lows AS text[]), CAST(:highs AS text[])) AS g(low, high)
+            CROSS JOIN LATERAL (
+                SELECT r.uri FROM resources AS r
+                WHERE r.tenant_id = :tenant_id AND r.uri >= g.low AND r.uri < g.high AND r.uri > :after
+                ORDER BY r.uri LIMIT :limit
+            ) AS scan
+            UNION
+            SELECT scan.uri
+            FROM unnest(CAST(:tags AS text[])) AS g(tag)
+            CROSS JOIN LATERAL (
+                SELECT t.uri FROM resource_tags AS t
+                WHERE t.tenant_id = :tenant_id AND t.tag = g.tag AND t.uri > :after
+                ORDER BY t.uri LIMIT :limit
+            ) AS scan
+            UNION
+            SELECT r.uri FROM resources AS r
+            WHERE r.tenant_id = :tenant_id AND r.uri = ANY(CAST(:uris AS text[])) AND r.uri > :after
+        ) AS page
+        ORDER BY page.uri LIMIT :limit
+        """
+    )
+    .bindparams(
+        bindparam("lows", type_=ARRAY(Text)),
+        bindparam("highs", type_=ARRAY(Text)),
+        bindparam("tags", type_=ARRAY(Text)),
+        bindparam("uris", type_=ARRAY(Text)),
+        bindparam("tenant_id", type_=BigInteger),
+        bindparam("after", type_=Text),
+        bindparam("limit", type_=Integer),
+    )
+    .columns(uri=Text)
+)
 
 
 @dataclass(frozen=True)
@@ -73,6 +128,29 @@ class Visibility:
         if self.prefixes or self.tags:
             parts.append(narrowed._clause(table.c.literal_prefix, table.c.tags))
         return and_(table.c.tenant_id == self.tenant_id, or_(*parts))
+
+    def sparse_page_uris(self, *, after: str | None, limit: int) -> TextualSelect | None:
+        """The URIs of one visible page as one ordered, limited index range scan per grant, or
+        None when a single filtered scan is the better plan (everything visible).
+
+        With sparse grants, one scan of the tenant filtered by every grant walks all the invisible
+        rows between two visible ones; a scan per grant (a LATERAL join over the grants, passed as
+        arrays so the statement is the same whatever the grants) reads only visible rows, and
+        merging at most ``limit`` URIs from each is cheap. Tag grants scan ``resource_tags``.
+        """
+        if self.everything or self.nothing:
+            return None
+        lows = list(self.prefixes)
+        highs = [uri_prefix_upper_bound(prefix) or _BEYOND_EVERY_URI for prefix in lows]
+        return _SPARSE_PAGE.bindparams(
+            tenant_id=self.tenant_id,
+            lows=lows,
+            highs=highs,
+            tags=sorted(self.tags),
+            uris=sorted(self.uris),
+            after=after or "",
+            limit=limit,
+        )
 
     def allows(self, uri: str, tags: frozenset[str] | set[str] | tuple[str, ...] = ()) -> bool:
         """The same rule for one resource, for deciding an event without a query."""

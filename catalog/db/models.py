@@ -102,6 +102,22 @@ resources = Table(
     Index("ix_resources_tags", "tags", postgresql_using="gin"),
 )
 
+# One row per (resource, tag), kept by a trigger on resources: a tag grant then pages as an ordered
+# index range (tenant_id, tag, uri) instead of filtering the whole tenant through the GIN index.
+resource_tags = Table(
+    "resource_tags",
+    metadata,
+    Column("tenant_id", BigInteger, nullable=False),
+    Column("tag", Text, nullable=False),
+    Column("uri", UriText, nullable=False),
+    Column("resource_id", BigInteger, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "tag", "uri"),
+    ForeignKeyConstraint(
+        ["tenant_id", "resource_id"], ["resources.tenant_id", "resources.id"], ondelete="CASCADE"
+    ),
+    Index("ix_resource_tags_tenant_id_resource_id", "tenant_id", "resource_id"),
+)
+
 resource_versions = Table(
     "resource_versions",
     metadata,
@@ -220,6 +236,7 @@ change_feed = Table(
 TENANT_TABLES = (
     "blobs",
     "resources",
+    "resource_tags",
     "resource_versions",
     "templates",
     "grants",

@@ -19,6 +19,7 @@ depends_on: str | Sequence[str] | None = None
 TENANT_TABLES = (
     "blobs",
     "resources",
+    "resource_tags",
     "resource_versions",
     "templates",
     "grants",
@@ -104,6 +105,25 @@ TRIGGERS_SQL = (
     $$
     """,
     """
+    CREATE FUNCTION catalog_sync_resource_tags() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'UPDATE' THEN
+            IF OLD.uri IS NOT DISTINCT FROM NEW.uri AND OLD.tags IS NOT DISTINCT FROM NEW.tags THEN
+                RETURN NULL;
+            END IF;
+            DELETE FROM resource_tags WHERE tenant_id = OLD.tenant_id AND resource_id = OLD.id;
+        END IF;
+        INSERT INTO resource_tags (tenant_id, tag, uri, resource_id)
+        SELECT DISTINCT NEW.tenant_id, tag, NEW.uri, NEW.id FROM unnest(NEW.tags) AS tag;
+        RETURN NULL;
+    END
+    $$
+    """,
+    """
+    CREATE TRIGGER resources_tags AFTER INSERT OR UPDATE OF uri, tags ON resources
+    FOR EACH ROW EXECUTE FUNCTION catalog_sync_resource_tags()
+    """,
+    """
     CREATE TRIGGER resources_change AFTER INSERT OR UPDATE OR DELETE ON resources
     FOR EACH ROW EXECUTE FUNCTION catalog_record_change('resource')
     """,
@@ -131,6 +151,8 @@ TRIGGERS_SQL = (
 )
 
 DROP_TRIGGERS_SQL = (
+    "DROP TRIGGER IF EXISTS resources_tags ON resources",
+    "DROP FUNCTION IF EXISTS catalog_sync_resource_tags()",
     "DROP TRIGGER IF EXISTS tenants_deleted ON tenants",
     "DROP TRIGGER IF EXISTS grants_change ON grants",
     "DROP TRIGGER IF EXISTS templates_change ON templates",
@@ -365,6 +387,23 @@ def upgrade() -> None:
     )
     op.create_index("ix_resources_tags", "resources", ["tags"], unique=False, postgresql_using="gin")
     op.create_table(
+        "resource_tags",
+        sa.Column("tenant_id", sa.BigInteger(), nullable=False),
+        sa.Column("tag", sa.Text(), nullable=False),
+        sa.Column("uri", sa.Text(collation="C"), nullable=False),
+        sa.Column("resource_id", sa.BigInteger(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["tenant_id", "resource_id"],
+            ["resources.tenant_id", "resources.id"],
+            name=op.f("fk_resource_tags_tenant_id_resource_id_resources"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("tenant_id", "tag", "uri", name=op.f("pk_resource_tags")),
+    )
+    op.create_index(
+        "ix_resource_tags_tenant_id_resource_id", "resource_tags", ["tenant_id", "resource_id"], unique=False
+    )
+    op.create_table(
         "resource_versions",
         sa.Column("tenant_id", sa.BigInteger(), nullable=False),
         sa.Column("resource_id", sa.BigInteger(), nullable=False),
@@ -400,6 +439,8 @@ def downgrade() -> None:
         op.execute(statement)
     op.execute("DROP INDEX IF EXISTS ix_resources_search_trgm")
     op.drop_table("resource_versions")
+    op.drop_index("ix_resource_tags_tenant_id_resource_id", table_name="resource_tags")
+    op.drop_table("resource_tags")
     op.drop_index("ix_resources_tags", table_name="resources", postgresql_using="gin")
     op.drop_table("resources")
     op.drop_index("ix_tokens_token_hash", table_name="tokens")
