@@ -406,6 +406,25 @@ async def test_overflow_collapses_to_one_marker(hub: EventHub) -> None:
     assert sub.take_nowait() == [ChangeEvent(1, "gap", None, "overflow", None)]
 
 
+async def test_a_burst_is_waited_out_once(hub: EventHub) -> None:
+    sub = hub.subscribe(1)
+    waiting = asyncio.create_task(sub.next_batch())
+    await asyncio.sleep(0)
+    for i in range(hub.burst_threshold * 2):  # a mid-size burst: delivered whole after the linger
+        hub.publish(resource(1, f"test://{i}"))
+    assert len(await asyncio.wait_for(waiting, WAIT) or []) == hub.burst_threshold * 2
+
+    waiting = asyncio.create_task(sub.next_batch())
+    await asyncio.sleep(0)
+    for i in range(hub.burst_threshold):
+        hub.publish(resource(1, f"test://a{i}"))
+    await asyncio.sleep(0)  # the consumer wakes, sees a burst starting and lingers
+    for i in range(hub.max_batch):  # the rest of the burst arrives meanwhile and overflows
+        hub.publish(resource(1, f"test://b{i}"))
+    assert await asyncio.wait_for(waiting, WAIT) == [ChangeEvent(1, "gap", None, "overflow", None)]
+    assert sub.take_nowait() == []
+
+
 async def test_a_slow_consumer_is_dropped_and_its_memory_bounded() -> None:
     now = [0.0]
     hub = EventHub(max_lag=5.0, clock=lambda: now[0])

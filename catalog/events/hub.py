@@ -13,7 +13,8 @@ the previous batch, coalesced:
   wakes to find ``burst_threshold`` or more events waits ``linger`` seconds for the burst to finish
   first, so an import of 100k rows reaches a consumer as one marker, not as hundreds of batches;
 * a gap marker means "anything of this tenant may have changed": send ``list_changed`` and treat every
-  subscribed URI as possibly updated. A gap in a batch is always the batch's only event.
+  subscribed URI as possibly updated. A gap in a batch is always the batch's only event, and carries
+  the subscription's own ``tenant_id`` (also for a gap published to ALL_TENANTS after a reconnect).
 
 Memory per subscription is bounded by ``max_batch`` whatever the consumer does. A consumer that
 holds undelivered events for longer than ``max_lag`` seconds when another event arrives cannot keep
@@ -70,7 +71,8 @@ class Subscription:
     def __init__(self, hub: EventHub, tenant_id: int) -> None:
         self._hub = hub
         self.tenant_id = tenant_id
-        self._pending: dict[tuple[str, str | None, str], ChangeEvent] | None = None
+        # None, one event, or (two or more) a dict keyed by (kind, uri, op class)
+        self._pending: ChangeEvent | dict[tuple[str, str | None, str], ChangeEvent] | None = None
         self._gap: ChangeEvent | None = None
         self._since = 0.0  # clock() when the oldest undelivered event arrived
         self._waiter: asyncio.Future[None] | None = None
@@ -90,48 +92,53 @@ class Subscription:
         return self
 
     async def __anext__(self) -> list[ChangeEvent]:
-        batch = await self.next_batch()
-        if batch is None:
-            raise StopAsyncIteration
-        return batch
-
-    async def next_batch(self) -> list[ChangeEvent] | None:
-        """The next non-empty batch, waiting for one; None once the subscription is closed."""
+        # One coroutine and one future per batch, nothing else: with thousands of streams the
+        # garbage collector's pauses, not the hub, dominate the tail latency.
         while True:
             if self.close_reason is not None:
-                return None
+                raise StopAsyncIteration
             pending = self._pending
             hub = self._hub
-            if self._gap is None and pending and len(pending) >= hub.burst_threshold and hub.linger:
+            if (
+                self._gap is None
+                and type(pending) is dict
+                and len(pending) >= hub.burst_threshold
+                and hub.linger
+            ):
                 # A burst: let it finish (or overflow into one marker). Not woken by events;
                 # close() takes effect when the linger ends.
                 await asyncio.sleep(hub.linger)
                 if self.close_reason is not None:
-                    return None
+                    raise StopAsyncIteration
             batch = self.take_nowait()
             if batch:
                 return batch
-            await self._wait()
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+
+    async def next_batch(self) -> list[ChangeEvent] | None:
+        """The next non-empty batch, waiting for one; None once the subscription is closed."""
+        try:
+            return await self.__anext__()
+        except StopAsyncIteration:
+            return None
 
     def take_nowait(self) -> list[ChangeEvent]:
         """What is pending now (possibly nothing), without waiting."""
         if self._gap is not None:
             batch = [self._gap]
-        elif self._pending:
+        elif self._pending is None:
+            return []
+        elif type(self._pending) is dict:
             batch = list(self._pending.values())
         else:
-            return []
+            batch = [self._pending]
         self._gap = None
         self._pending = None
         return batch
-
-    async def _wait(self) -> None:
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiter = waiter
-        try:
-            await waiter
-        finally:
-            self._waiter = None
 
     def close(self, reason: CloseReason = CloseReason.UNSUBSCRIBED) -> None:
         """Leave the hub; a consumer waiting in ``async for`` stops. Idempotent."""
@@ -164,7 +171,8 @@ class Subscription:
 
     def _push(self, event: ChangeEvent, now: float) -> None:
         hub = self._hub
-        if self._gap is not None or self._pending:
+        pending = self._pending
+        if self._gap is not None or pending is not None:
             if now - self._since > hub.max_lag:
                 self.close(CloseReason.SLOW_CONSUMER)
                 return
@@ -175,16 +183,21 @@ class Subscription:
         if event.kind == GAP:
             self._set_gap(event.op, event.seq)
             return
-        pending = self._pending
-        if pending is None:
-            pending = self._pending = {}
+        if pending is None:  # the common case: one event, held as itself
+            self._pending = event
+            self._wake()
+            return
         key = (event.kind, event.uri, _OP_CLASS.get(event.op, event.op))
+        if type(pending) is not dict:
+            first = (pending.kind, pending.uri, _OP_CLASS.get(pending.op, pending.op))
+            if first == key:
+                self._pending = event  # the later event wins
+                return
+            pending = self._pending = {first: pending}
         pending.pop(key, None)  # the later event wins, and takes the later place
         pending[key] = event
         if len(pending) > hub.max_batch:
             self._set_gap("overflow", None)
-        elif len(pending) == 1:
-            self._wake()
 
     def _set_gap(self, reason: str, seq: int | None) -> None:
         self._pending = None
