@@ -100,7 +100,8 @@ def test_serve_on_an_external_database_answers_readyz(database_url: str, tmp_pat
         ready = httpx.get(f"{served.base_url}/readyz", timeout=10)
         health = httpx.get(f"{served.base_url}/healthz", timeout=10)
         assert ready.status_code == 200
-        assert ready.json() == {"status": "ready", "checks": {"database": "ok", "schema": "ok"}}
+        checks = {"database": "ok", "schema": "ok", "events": "ok"}
+        assert ready.json() == {"status": "ready", "checks": checks}
         assert health.json() == {"status": "ok"}
         assert stop(served) == 0
     printed = "".join(served.output)
