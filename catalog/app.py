@@ -15,6 +15,7 @@ from catalog.core.service import Catalog
 from catalog.db.engine import create_engine, probe_app_role
 from catalog.db.migrate import head_revision
 from catalog.events import events_lifespan
+from catalog.limits import RequestLimits
 from catalog.settings import ConfigError, Settings, get_settings
 
 logger = logging.getLogger("catalog")
@@ -79,6 +80,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
 
     _include_surfaces(app)
+    # Body size and JSON depth, for both surfaces, before any route or parser sees the body.
+    app.add_middleware(RequestLimits, max_blob_bytes=settings.max_blob_bytes)
     return app
 
 
