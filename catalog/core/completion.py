@@ -11,6 +11,14 @@ Results: at most :data:`MAX_VALUES` (100) distinct values, prefix matches in byt
 is the exact number of distinct values when the scan finished within :data:`MAX_SCANNED_ROWS`
 candidate rows (else it is omitted and ``has_more`` is true).
 
+When the argument is the template's first expression, a simple ``{name}`` followed by a reserved
+character (``file:///repo/{dir}/...``), the rows are not scanned one by one: every URI with the same
+value shares the text up to that separator, so one recursive query (a loose index scan) jumps from
+the first URI of each value to the first URI of the next, at most :data:`MAX_GROUPS` jumps. A value
+whose first URI does not match the template has the rest of its range scanned row by row (bounded
+as above), so the values are the same as a full scan's. Over a million URIs a first-segment
+completion then costs what a page costs, not 20 batches of rows.
+
 The template is named by its exact ``uriTemplate`` and must itself be visible; otherwise
 :class:`UnknownTemplate` (as for one that does not exist).
 """
@@ -20,7 +28,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sqlalchemy import and_, select
+from sqlalchemy import and_, case, func, literal, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.errors import InvalidInput, NotFound
 from catalog.core.principal import Principal
@@ -33,7 +42,10 @@ from catalog.db.models import resources, templates
 
 MAX_VALUES = 100
 MAX_SCANNED_ROWS = 20_000
+MAX_GROUPS = 1000  # jumps of one loose index scan: distinct first-segment values looked at
 _BATCH = 1000
+# Characters simple ``{name}`` expansion always percent-encodes, so a value never contains them.
+_RESERVED = set(":/?#[]@!$&'()*+,;=")
 
 
 class UnknownTemplate(NotFound):
@@ -83,32 +95,121 @@ async def complete_argument(
         base = [visibility.resources_clause(resources), resources.c.uri >= plan.uri_prefix]
         if plan.upper_bound is not None:
             base.append(resources.c.uri < plan.upper_bound)
-        values: set[str] = set()
-        scanned = 0
-        after: str | None = None
-        finished = False
-        while scanned < MAX_SCANNED_ROWS:
-            clauses = [*base] if after is None else [*base, resources.c.uri > after]
-            batch = min(_BATCH, MAX_SCANNED_ROWS - scanned)
-            uris = list(
-                (
-                    await conn.execute(
-                        select(resources.c.uri).where(and_(*clauses)).order_by(resources.c.uri).limit(batch)
-                    )
-                ).scalars()
-            )
-            scanned += len(uris)
-            for uri in uris:
-                value = plan.extract(uri)
-                if value is not None:
-                    values.add(value)
-            if len(uris) < batch:
-                finished = True
-                break
-            after = uris[-1]
-    ordered = sorted(values)
+        scan = _Scan(conn, base, plan)
+        separator = _first_segment_separator(plan, argument)
+        if separator is None:
+            await scan.rows(after=None, below=None)
+        else:
+            await _skip_scan(scan, visibility, plan, separator)
+    ordered = sorted(scan.values)
+    finished = scan.finished
     return Completion(
         values=ordered[:MAX_VALUES],
         total=len(ordered) if finished else None,
         has_more=len(ordered) > MAX_VALUES or not finished,
     )
+
+
+class _Scan:
+    """Candidate rows read in URI order, batch by batch, within the ``MAX_SCANNED_ROWS`` budget."""
+
+    def __init__(self, conn: AsyncConnection, base: list, plan) -> None:
+        self.conn = conn
+        self.base = base
+        self.plan = plan
+        self.values: set[str] = set()
+        self.scanned = 0
+        self.finished = True
+
+    async def rows(self, *, after: str | None, below: str | None, until_match: bool = False) -> None:
+        """Extract values from the rows after ``after`` (and before ``below``); with ``until_match``,
+        stop at the first row that yields a value."""
+        while True:
+            if self.scanned >= MAX_SCANNED_ROWS:
+                self.finished = False
+                return
+            clauses = [*self.base]
+            if after is not None:
+                clauses.append(resources.c.uri > after)
+            if below is not None:
+                clauses.append(resources.c.uri < below)
+            batch = min(_BATCH, MAX_SCANNED_ROWS - self.scanned)
+            uris = list(
+                (
+                    await self.conn.execute(
+                        select(resources.c.uri).where(and_(*clauses)).order_by(resources.c.uri).limit(batch)
+                    )
+                ).scalars()
+            )
+            self.scanned += len(uris)
+            for uri in uris:
+                value = self.plan.extract(uri)
+                if value is not None:
+                    self.values.add(value)
+                    if until_match:
+                        return
+            if len(uris) < batch:
+                return
+            after = uris[-1]
+
+
+def _first_segment_separator(plan, argument: str) -> str | None:
+    """The reserved character after ``{argument}`` when that is the template's first expression."""
+    raw = plan.template.template
+    head = raw.find("{")
+    expression = "{" + argument + "}"
+    if head < 0 or not raw.startswith(expression, head) or not plan.uri_prefix.startswith(raw[:head]):
+        return None
+    after = raw[head + len(expression) : head + len(expression) + 1]
+    return after if after in _RESERVED else None
+
+
+async def _skip_scan(scan: _Scan, visibility, plan, separator: str) -> None:
+    """One URI per distinct value, by a recursive query that jumps past each value's range."""
+    start = len(plan.template.template[: plan.template.template.find("{")])
+    jump_char = chr(ord(separator) + 1)
+
+    def next_bound(uri):
+        # The first URI that can hold another value: past "<prefix><value><separator>".
+        position = func.strpos(func.substr(uri, start + 1), separator)
+        return case(
+            (position > 0, func.left(uri, start + position - 1) + literal(jump_char)),
+            else_=uri + literal("\x01"),
+        )
+
+    first = (
+        select(resources.c.uri).where(and_(*scan.base)).order_by(resources.c.uri).limit(1).scalar_subquery()
+    )
+    jumps = select(first.label("uri"), literal(1).label("n")).cte("jumps", recursive=True)
+    following = resources.alias("following")
+    upper = [following.c.uri < plan.upper_bound] if plan.upper_bound is not None else []
+    step = (
+        select(following.c.uri)
+        .where(
+            visibility.resources_clause(following),
+            following.c.uri >= next_bound(jumps.c.uri),
+            *upper,
+        )
+        .order_by(following.c.uri)
+        .limit(1)
+        .scalar_subquery()
+    )
+    jumps = jumps.union_all(
+        select(step, jumps.c.n + 1).where(jumps.c.uri.is_not(None), jumps.c.n < MAX_GROUPS)
+    )
+    firsts = list(
+        (
+            await scan.conn.execute(select(jumps.c.uri).where(jumps.c.uri.is_not(None)).order_by(jumps.c.n))
+        ).scalars()
+    )
+    scan.scanned += len(firsts)
+    for uri in firsts:
+        value = plan.extract(uri)
+        if value is not None:
+            scan.values.add(value)
+            continue
+        end = uri.find(separator, start)
+        if end >= 0:  # the rest of this value's range, row by row, until one matches
+            await scan.rows(after=uri, below=uri[:end] + jump_char, until_match=True)
+    if len(firsts) >= MAX_GROUPS:
+        scan.finished = False
