@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -9,16 +10,17 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
-from sqlalchemy.exc import SQLAlchemyError
 
 from catalog.core.service import Catalog
-from catalog.db.engine import create_engine, probe_app_role
+from catalog.db.engine import create_engine, database_unavailable, probe_app_role
 from catalog.db.migrate import head_revision
 from catalog.events import events_lifespan
 from catalog.limits import RequestLimits
 from catalog.settings import ConfigError, Settings, get_settings
 
 logger = logging.getLogger("catalog")
+
+READYZ_TIMEOUT_S = 3.0  # a probe must answer promptly, whatever the database does
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -63,13 +65,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         catalog: Catalog = app.state.catalog
         checks: dict[str, str] = {}
         try:
-            async with catalog.engine.connect() as conn:
+            async with asyncio.timeout(READYZ_TIMEOUT_S), catalog.engine.connect() as conn:
                 revision = (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar()
             checks["database"] = "ok"
             checks["schema"] = (
                 "ok" if revision == expected_head else f"at {revision}, head is {expected_head}"
             )
-        except (SQLAlchemyError, OSError) as exc:
+        except Exception as exc:
+            if not database_unavailable(exc):
+                raise
             checks["database"] = f"unreachable: {type(exc).__name__}"
             checks["schema"] = "unknown"
         for name, probe in catalog.readiness_probes.items():

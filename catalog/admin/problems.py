@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
+import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from catalog.core.errors import CatalogError, FieldError, Unauthenticated
+from catalog.db.engine import database_unavailable
+
+logger = logging.getLogger("catalog.admin")
 
 PROBLEM_TYPE_BASE = "https://catalog.invalid/problems/"
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -73,6 +79,15 @@ def field_errors(errors: list[dict[str, Any]] | Any) -> list[FieldError]:
     return found
 
 
+# What a database failure can surface as (each handler then asks ``database_unavailable``).
+UNAVAILABLE_EXCEPTION_TYPES: tuple[type[Exception], ...] = (
+    SQLAlchemyError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    OSError,
+    TimeoutError,
+)
+
 _HTTP_TITLES = {
     400: "Bad request",
     401: "Unauthorized",
@@ -82,6 +97,7 @@ _HTTP_TITLES = {
     406: "Not acceptable",
     413: "Content too large",
     415: "Unsupported media type",
+    503: "Service unavailable",
 }
 
 
@@ -90,6 +106,18 @@ def install_problem_handlers(app: FastAPI, *, www_authenticate: str) -> None:
     async def _catalog_error(request: Request, exc: CatalogError) -> JSONResponse:
         headers = {"WWW-Authenticate": www_authenticate} if isinstance(exc, Unauthenticated) else None
         return problem_response(exc.status, exc.title, exc.detail, exc.errors, headers)
+
+    async def _database_error(request: Request, exc: Exception) -> JSONResponse:
+        # The database down, restarting or too slow (statement_timeout) is 503 with Retry-After,
+        # never a 500; anything else is a bug and goes on to be one.
+        if not database_unavailable(exc):
+            raise exc
+        logger.warning("admin %s %s: database unavailable: %r", request.method, request.url.path, exc)
+        detail = "the database is unavailable or too slow right now; retry later"
+        return problem_response(503, "Service unavailable", detail, headers={"Retry-After": "1"})
+
+    for kind in UNAVAILABLE_EXCEPTION_TYPES:
+        app.add_exception_handler(kind, _database_error)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

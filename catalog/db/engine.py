@@ -48,8 +48,60 @@ def create_engine(
         max_overflow=max_overflow,
         pool_pre_ping=True,
         pool_recycle=1800,
-        connect_args={"server_settings": server_settings, "command_timeout": 60},
+        pool_timeout=POOL_TIMEOUT_S,
+        connect_args={
+            "server_settings": server_settings,
+            "command_timeout": 60,
+            "timeout": CONNECT_TIMEOUT_S,
+        },
     )
+
+
+# A request waits this long at most for a connection (a dead server refuses at once; a silent
+# network or an exhausted pool must not hold a request for the library defaults of 60 s / 30 s).
+CONNECT_TIMEOUT_S = 5.0
+POOL_TIMEOUT_S = 10.0
+
+# SQLSTATE classes that mean "the database cannot serve now", not "this request is wrong":
+# 08 connection exception, 53 insufficient resources (too many connections), 57 operator
+# intervention (admin shutdown, cannot connect now, query_canceled = statement_timeout).
+_UNAVAILABLE_SQLSTATE_CLASSES = ("08", "53", "57")
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database being unreachable, shutting down or too slow (a 503 / retry),
+    as opposed to a bug or bad input. The one classification both surfaces use."""
+    import asyncpg
+    from sqlalchemy import exc as sa_exc
+
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, sa_exc.DBAPIError) and current.connection_invalidated:
+            return True
+        if isinstance(
+            current,
+            sa_exc.OperationalError
+            | sa_exc.InterfaceError
+            | sa_exc.TimeoutError
+            | sa_exc.DisconnectionError
+            | asyncpg.InterfaceError
+            | asyncpg.PostgresConnectionError
+            | ConnectionError
+            | TimeoutError,
+        ):
+            return True
+        if isinstance(current, OSError) and not isinstance(current, FileExistsError | PermissionError):
+            return True
+        sqlstate = getattr(current, "sqlstate", None)
+        if isinstance(sqlstate, str) and sqlstate[:2] in _UNAVAILABLE_SQLSTATE_CLASSES:
+            return True
+        todo.extend([getattr(current, "orig", None), current.__cause__, current.__context__])
+    return False
 
 
 async def probe_app_role(url: str | URL) -> str | None:

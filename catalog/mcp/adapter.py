@@ -99,6 +99,7 @@ from catalog.core.principal import Principal
 from catalog.core.reading import is_public
 from catalog.core.service import Catalog
 from catalog.core.watching import Delivery, Watch, honoured_uris, open_watch
+from catalog.db.engine import database_unavailable
 from catalog.settings import Settings
 
 logger = logging.getLogger("catalog.mcp")
@@ -474,15 +475,22 @@ class McpAuthASGI:
         authorization = Headers(scope=scope).get("authorization")
         try:
             principal = await authenticate(catalog, authorization)
+            if principal is None:
+                principal = await self._anonymous_principal(catalog)
         except Unauthenticated as exc:
             await self._challenge(scope, 401, "invalid_token", exc.detail)(scope, receive, send)
             return
+        except Exception as exc:
+            if not database_unavailable(exc):
+                raise
+            # Before the SDK: no request id was read, so the JSON-RPC error carries id null.
+            logger.warning("mcp: database unavailable while authenticating: %r", exc)
+            await unavailable_response()(scope, receive, send)
+            return
         if principal is None:
-            principal = await self._anonymous_principal(catalog)
-            if principal is None:
-                detail = "this endpoint needs a bearer token"
-                await self._challenge(scope, 401, None, detail)(scope, receive, send)
-                return
+            detail = "this endpoint needs a bearer token"
+            await self._challenge(scope, 401, None, detail)(scope, receive, send)
+            return
         if principal.tenant_id is None:
             detail = "this credential is not bound to a tenant; use a tenant token on /mcp"
             await self._challenge(scope, 403, "insufficient_scope", detail)(scope, receive, send)
@@ -494,6 +502,24 @@ class McpAuthASGI:
             AccessToken(token="-", client_id=principal_key(principal), scopes=sorted(principal.scopes))
         )
         await self.endpoint.session_app(scope, receive, send)
+
+
+UNAVAILABLE_MESSAGE = "Service unavailable: the database cannot be reached or is too slow; retry later"
+
+
+def unavailable_error() -> MCPError:
+    """A database failure inside a handler: ``-32603`` (the SDK sends it with HTTP 200)."""
+    return MCPError(types.INTERNAL_ERROR, UNAVAILABLE_MESSAGE, data={"retryable": True})
+
+
+def unavailable_response() -> JSONResponse:
+    """A database failure before dispatch (authentication): HTTP 503 with a ``-32603`` body."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": types.INTERNAL_ERROR, "message": UNAVAILABLE_MESSAGE, "data": {"retryable": True}},
+    }
+    return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
 
 
 def base_url(scope: Scope) -> str:
@@ -574,6 +600,7 @@ class McpEndpoint:
             )
         )
         self.server.middleware.append(self._track_legacy_sessions)
+        self.server.middleware.insert(0, self._database_errors)
         self.security = TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=host_patterns(settings.allowed_hosts),
@@ -600,6 +627,21 @@ class McpEndpoint:
             await JSONResponse({"error": "starting"}, status_code=503)(scope, receive, send)
             return
         await self._session_app(scope, receive, send)
+
+    async def _database_errors(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        """Outermost: a database failure in any handler is a clean ``-32603`` naming the cause
+        (instead of the SDK's generic "Internal server error" and a traceback in the log)."""
+        try:
+            return await call_next(ctx)
+        except MCPError:
+            raise
+        except Exception as exc:
+            if not database_unavailable(exc):
+                raise
+            logger.warning("mcp %s: database unavailable: %r", ctx.method, exc)
+            raise unavailable_error() from None
 
     async def _track_legacy_sessions(
         self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
