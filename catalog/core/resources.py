@@ -30,9 +30,10 @@ from catalog.core.tenants import Tenant
 from catalog.core.uris import uri_prefix_upper_bound
 from catalog.core.visibility import Visibility, load_visibility
 from catalog.db.engine import TenantScope, transaction
-from catalog.db.models import resource_versions, resources
+from catalog.db.models import audit_log, resource_versions, resources
 
 MAX_PAGE = 1000
+_ROWS_PER_STATEMENT = 1000  # keeps a bulk statement under PostgreSQL's 32767 parameters
 DEFAULT_PAGE = 100
 
 # Must stay identical to the expression of index ix_resources_search_trgm (migration 0001).
@@ -191,13 +192,19 @@ class _Content:
 
 
 async def _resolve_content(
-    catalog: Catalog, conn: AsyncConnection, tenant_id: int, body: ResourceIn | ResourcePatch
+    catalog: Catalog,
+    conn: AsyncConnection,
+    tenant_id: int,
+    body: ResourceIn | ResourcePatch,
+    current: ResourceRecord | None = None,
 ) -> _Content | None:
     """The content the body names, or None when it names none."""
     if body.text is not None:
         return _Content(text=body.text, blob_sha256=None, size=len(body.text.encode()))
     if body.blob is not None:
         data = body.blob_bytes() if isinstance(body, ResourceIn) else _b64decode(body.blob)
+        if current is not None and current.blob_sha256 == hashlib.sha256(data).hexdigest():
+            return _Content(text=None, blob_sha256=current.blob_sha256, size=len(data))  # stored already
         stored = await blob_store.put_bytes(catalog, conn, tenant_id, data, body.mime_type)
         return _Content(text=None, blob_sha256=stored.sha256, size=stored.size)
     if body.blob_sha256 is not None:
@@ -231,19 +238,21 @@ def _metadata_values(body: ResourceIn | ResourcePatch, fields: Sequence[str]) ->
     return values
 
 
+def _version_row(record: ResourceRecord, principal: Principal) -> dict[str, Any]:
+    return {
+        "tenant_id": record.tenant_id,
+        "resource_id": record.id,
+        "version": record.version,
+        "uri": record.uri,
+        "snapshot": record.snapshot(),
+        "text": record.text,
+        "blob_sha256": record.blob_sha256,
+        "changed_by": principal.label,
+    }
+
+
 async def _append_version(conn: AsyncConnection, record: ResourceRecord, principal: Principal) -> None:
-    await conn.execute(
-        insert(resource_versions).values(
-            tenant_id=record.tenant_id,
-            resource_id=record.id,
-            version=record.version,
-            uri=record.uri,
-            snapshot=record.snapshot(),
-            text=record.text,
-            blob_sha256=record.blob_sha256,
-            changed_by=principal.label,
-        )
-    )
+    await conn.execute(insert(resource_versions).values(_version_row(record, principal)))
 
 
 async def _lock(
@@ -268,17 +277,9 @@ def _conflict(uri: str) -> Conflict:
 async def _insert(
     catalog: Catalog, conn: AsyncConnection, principal: Principal, tenant: Tenant, body: ResourceIn
 ) -> ResourceRecord:
-    content = await _resolve_content(catalog, conn, tenant.id, body) or _Content(None, None, None)
-    values = _metadata_values(body, METADATA_FIELDS)
     statement = (
         pg_insert(resources)
-        .values(
-            tenant_id=tenant.id,
-            **values,
-            text=content.text,
-            blob_sha256=content.blob_sha256,
-            size=content.size,
-        )
+        .values(await _insert_values(catalog, conn, tenant, body))
         .on_conflict_do_nothing(index_elements=["tenant_id", "uri"])
         .returning(*resources.c)
     )
@@ -286,19 +287,46 @@ async def _insert(
     if row is None:
         raise _conflict(body.uri)
     record = record_from_row(row)
-    await _append_version(conn, record, principal)
-    await record_audit(
-        conn,
-        tenant.id,
-        principal,
-        "resource.create",
-        "resource",
-        record.id,
-        record.uri,
-        None,
-        _digest(record),
-    )
+    await _created(conn, principal, tenant, [record])
     return record
+
+
+async def _insert_values(
+    catalog: Catalog, conn: AsyncConnection, tenant: Tenant, body: ResourceIn
+) -> dict[str, Any]:
+    content = await _resolve_content(catalog, conn, tenant.id, body) or _Content(None, None, None)
+    return {
+        "tenant_id": tenant.id,
+        **_metadata_values(body, METADATA_FIELDS),
+        "text": content.text,
+        "blob_sha256": content.blob_sha256,
+        "size": content.size,
+    }
+
+
+async def _created(
+    conn: AsyncConnection, principal: Principal, tenant: Tenant, records: Sequence[ResourceRecord]
+) -> None:
+    """The first version and the audit row (as ``record_audit`` writes it) of new resources."""
+    if not records:
+        return
+    versions = [_version_row(r, principal) for r in records]
+    audits = [
+        {
+            "tenant_id": tenant.id,
+            "principal": principal.label,
+            "action": "resource.create",
+            "target_kind": "resource",
+            "target_id": r.id,
+            "uri": r.uri,
+            "before_digest": None,
+            "after_digest": _digest(r),
+            "detail": None,
+        }
+        for r in records
+    ]
+    await conn.execute(insert(resource_versions), versions)
+    await conn.execute(insert(audit_log), audits)
 
 
 async def _update(
@@ -313,7 +341,7 @@ async def _update(
     replace_content: bool,
 ) -> ResourceRecord:
     values = _metadata_values(body, fields)
-    content = await _resolve_content(catalog, conn, tenant.id, body)
+    content = await _resolve_content(catalog, conn, tenant.id, body, current)
     if content is None and replace_content:
         content = _Content(None, None, None)
     content_changed = content is not None and (content.text, content.blob_sha256) != (
@@ -429,18 +457,58 @@ async def _upsert(
 async def upsert_many(
     catalog: Catalog, principal: Principal, tenant: Tenant, bodies: Sequence[ResourceIn]
 ) -> tuple[int, int, int]:
-    """Upsert a batch in one transaction (for imports); returns (created, updated, unchanged)."""
+    """Upsert a batch in one transaction (for imports); returns (created, updated, unchanged).
+
+    The same writes as :func:`upsert_resource` body by body, in fewer round trips: one query locks
+    the batch's existing rows, the new URIs are inserted (with their versions and audit rows) a few
+    statements for the whole batch, and only bodies that change an existing row are written one by
+    one. Several bodies for one URI apply in order, the last one winning.
+    """
     created = updated = unchanged = 0
     async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+        uris = sorted({body.uri for body in bodies})
+        current: dict[str, ResourceRecord] = {}
+        for start in range(0, len(uris), _ROWS_PER_STATEMENT):
+            rows = await conn.execute(
+                select(resources)
+                .where(
+                    resources.c.tenant_id == tenant.id,
+                    resources.c.uri.in_(uris[start : start + _ROWS_PER_STATEMENT]),
+                )
+                .order_by(resources.c.uri)
+                .with_for_update()
+            )
+            current.update((row.uri, record_from_row(row)) for row in rows)
+        fresh: dict[str, ResourceIn] = {}
+        later: list[ResourceIn] = []
         for body in bodies:
-            before = await _lock(conn, tenant.id, uri=body.uri)
-            if before is None:
-                await _insert(catalog, conn, principal, tenant, body)
-                created += 1
-                continue
+            if body.uri in current or body.uri in fresh:
+                later.append(body)
+            else:
+                fresh[body.uri] = body
+        inserted: list[ResourceRecord] = []
+        pending = list(fresh.values())
+        if pending:
+            # executemany: compiled once, sent as multi-row INSERTs by SQLAlchemy ("insertmanyvalues").
+            statement = (
+                pg_insert(resources)
+                .on_conflict_do_nothing(index_elements=["tenant_id", "uri"])
+                .returning(*resources.c)
+            )
+            values = [await _insert_values(catalog, conn, tenant, body) for body in pending]
+            inserted.extend(record_from_row(row) for row in await conn.execute(statement, values))
+        await _created(conn, principal, tenant, inserted)
+        created += len(inserted)
+        current.update((record.uri, record) for record in inserted)
+        # A URI a concurrent writer created since the lock query: replace it, before later bodies.
+        raced = [body for body in pending if body.uri not in current]
+        for body in [*raced, *later]:
+            before = current.get(body.uri) or await _lock(conn, tenant.id, uri=body.uri)
+            assert before is not None
             after = await _update(
                 catalog, conn, principal, tenant, before, body, METADATA_FIELDS, replace_content=True
             )
+            current[body.uri] = after
             if after.version == before.version:
                 unchanged += 1
             else:

@@ -1,0 +1,468 @@
+"""Bulk transfer: ``catalog import`` (a directory tree or a JSONL file) and ``catalog export``.
+
+Sources turn files into :class:`ResourceIn` bodies (or into :class:`Problem` s, never exceptions);
+:func:`import_items` writes them in batches through :func:`catalog.core.resources.upsert_many`, the
+one write path, so an import makes versions, audit rows and change-feed rows like any other write and
+a re-run that finds nothing new changes nothing. :func:`export_lines` pages through the keyset
+listing and yields JSONL objects in the same ``ResourceIn`` shape, so ``export | import`` rebuilds an
+identical catalogue.
+
+Directory rules: every regular file becomes a ``file:///`` resource whose URI is its path relative to
+the imported directory (percent-encoded, then made canonical by :func:`normalize_uri`), named after
+the file; text when the bytes are UTF-8 without NUL, else a blob; the mime type is guessed from the
+name (a fixed table, the same on every machine), falling back to ``text/plain`` or
+``application/octet-stream``. Every sub-directory becomes an ``inode/directory`` resource. A symlink
+is followed only when its target lies inside the imported directory (and is not one of the link's own
+ancestors); anything else that is not a regular file or a directory is skipped.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import mimetypes
+import os
+import stat
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import quote
+
+from pydantic import ValidationError
+from sqlalchemy import select, text
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from catalog.core.errors import CatalogError
+from catalog.core.principal import Principal
+from catalog.core.resources import MAX_PAGE, ResourceRecord, list_page, upsert_many
+from catalog.core.schemas import DIRECTORY_MIME_TYPE, ResourceIn
+from catalog.core.service import Catalog
+from catalog.core.tenants import Tenant
+from catalog.core.uris import InvalidUri, normalize_uri
+from catalog.core.visibility import load_visibility
+from catalog.db.engine import TenantScope, create_engine, transaction
+from catalog.db.models import blobs, resources
+
+BATCH_SIZE = 500
+FIRST_ANALYZE = 1000  # rows created before the first ANALYZE; then each time the count doubles
+BATCH_BYTES = 64 * 1024 * 1024  # a batch is also cut when its content reaches this size
+EXPORT_GROUP_BYTES = 32 * 1024 * 1024  # content bytes fetched per query while exporting
+
+# Characters a path segment keeps as they are (RFC 3986 pchar minus the unreserved ones quote() keeps).
+_SEGMENT_SAFE = "!$&'()*+,;=:@"
+
+
+# -- what sources yield ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Item:
+    """A resource to write; ``location`` names where it came from (``file:line`` or a path)."""
+
+    location: str
+    body: ResourceIn
+    weight: int = 1  # progress units this item stands for
+    size: int = 0  # content bytes (to bound a batch's memory)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """An input that cannot be imported (``failed``) or is deliberately left out (``skipped``)."""
+
+    location: str
+    reason: str
+    weight: int = 1
+    skipped: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.reason}"
+
+
+@dataclass
+class ImportReport:
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    failed: list[Problem] = field(default_factory=list)
+    skipped: list[Problem] = field(default_factory=list)
+
+    @property
+    def written(self) -> int:
+        return self.created + self.updated + self.unchanged
+
+
+def validation_reason(exc: ValidationError) -> str:
+    """A pydantic error as one line: ``/pointer: message; ...``."""
+    parts = []
+    for error in exc.errors():
+        message = str(error["msg"]).removeprefix("Value error, ")
+        pointer = "/".join(str(p) for p in error["loc"])
+        parts.append(f"/{pointer}: {message}" if pointer else message)
+    return "; ".join(parts)
+
+
+# -- JSONL ----------------------------------------------------------------------------------------
+
+
+def jsonl_items(stream: IO[bytes], name: str) -> Iterator[Item | Problem]:
+    """One item per non-blank line of admin-API resource objects; a bad line is a Problem."""
+    carried = 0  # blank lines count towards the progress of the next line
+    for number, raw in enumerate(stream, start=1):
+        location = f"{name}:{number}"
+        weight, carried = carried + len(raw), 0
+        if not raw.strip():
+            carried = weight
+            continue
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            yield Problem(location, "not UTF-8", weight)
+            continue
+        except json.JSONDecodeError as exc:
+            yield Problem(location, f"invalid JSON: {exc.msg} at column {exc.colno}", weight)
+            continue
+        if not isinstance(data, dict):
+            yield Problem(location, "a line must be a JSON object (an admin-API resource)", weight)
+            continue
+        try:
+            body = ResourceIn.model_validate(data)
+        except ValidationError as exc:
+            yield Problem(location, validation_reason(exc), weight)
+            continue
+        yield Item(location, body, weight, size=len(raw))
+
+
+# -- directories ----------------------------------------------------------------------------------
+
+_MIME_TYPES = mimetypes.MimeTypes()  # Python's built-in table only: the same guess on every machine
+for _suffix, _type in {
+    ".md": "text/markdown",
+    ".markdown": "text/markdown",
+    ".rst": "text/x-rst",
+    ".yaml": "application/yaml",
+    ".yml": "application/yaml",
+    ".toml": "application/toml",
+    ".ts": "text/x-typescript",
+    ".tsx": "text/x-typescript",
+    ".jsx": "text/javascript",
+    ".rs": "text/x-rust",
+    ".go": "text/x-go",
+    ".java": "text/x-java",
+    ".rb": "text/x-ruby",
+    ".sh": "text/x-shellscript",
+    ".sql": "application/sql",
+    ".ini": "text/plain",
+    ".cfg": "text/plain",
+    ".log": "text/plain",
+    ".webp": "image/webp",
+    ".wasm": "application/wasm",
+}.items():
+    _MIME_TYPES.add_type(_type, _suffix)
+_ENCODING_TYPES = {
+    "gzip": "application/gzip",
+    "bzip2": "application/x-bzip2",
+    "xz": "application/x-xz",
+    "compress": "application/x-compress",
+    "br": "application/x-brotli",
+}
+
+
+def guess_mime_type(name: str, *, is_text: bool) -> str:
+    guessed, encoding = _MIME_TYPES.guess_type(name, strict=False)
+    if encoding is not None:
+        return _ENCODING_TYPES.get(encoding, "application/octet-stream")
+    return guessed or ("text/plain" if is_text else "application/octet-stream")
+
+
+def file_uri(parts: Iterable[str]) -> str:
+    """The canonical ``file:///`` URI of a relative path given as its segments."""
+    return normalize_uri("file:///" + "/".join(quote(part, safe=_SEGMENT_SAFE) for part in parts))
+
+
+@dataclass(frozen=True)
+class _Entry:
+    path: Path  # as found under the root (links not resolved)
+    parts: tuple[str, ...]  # relative to the root
+    is_dir: bool
+
+
+class DirectorySource:
+    """The entries of a directory tree, found up front (so progress has a total), read lazily."""
+
+    def __init__(self, root: Path, *, max_bytes: int) -> None:
+        self.root = root
+        self.max_bytes = max_bytes
+        self._real_root = os.path.realpath(root)
+        self.entries: list[_Entry] = []
+        self.problems: list[Problem] = []
+        self._walk(root, (), (self._real_root,))
+
+    @property
+    def total(self) -> int:
+        return len(self.entries) + len(self.problems)
+
+    def _inside(self, real: str) -> bool:
+        return real == self._real_root or real.startswith(self._real_root.rstrip(os.sep) + os.sep)
+
+    def _walk(self, directory: Path, parts: tuple[str, ...], ancestors: tuple[str, ...]) -> None:
+        try:
+            with os.scandir(directory) as scan:
+                found = sorted(scan, key=lambda e: e.name)
+        except OSError as exc:
+            self.problems.append(Problem(str(directory), f"cannot list: {exc.strerror or exc}"))
+            return
+        for entry in found:
+            path = Path(entry.path)
+            here = (*parts, entry.name)
+            try:
+                if entry.is_symlink():
+                    real = os.path.realpath(path)
+                    if not self._inside(real):
+                        self.problems.append(
+                            Problem(str(path), "symlink to outside the directory, skipped", skipped=True)
+                        )
+                        continue
+                    if real in ancestors:
+                        self.problems.append(
+                            Problem(str(path), "symlink to one of its own parents, skipped", skipped=True)
+                        )
+                        continue
+                    mode = os.stat(path).st_mode
+                else:
+                    real = None
+                    mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError as exc:  # a broken link, a file that vanished
+                self.problems.append(Problem(str(path), f"cannot stat: {exc.strerror or exc}", skipped=True))
+                continue
+            if stat.S_ISDIR(mode):
+                self.entries.append(_Entry(path, here, True))
+                self._walk(path, here, (*ancestors, real or os.path.realpath(path)))
+            elif stat.S_ISREG(mode):
+                self.entries.append(_Entry(path, here, False))
+            else:
+                self.problems.append(Problem(str(path), "not a regular file, skipped", skipped=True))
+
+    def __iter__(self) -> Iterator[Item | Problem]:
+        yield from self.problems
+        for entry in self.entries:
+            yield self._item(entry)
+
+    def _item(self, entry: _Entry) -> Item | Problem:
+        location = str(entry.path)
+        name = entry.parts[-1]
+        try:
+            name.encode("utf-8")
+            uri = file_uri(entry.parts)
+        except UnicodeEncodeError:
+            return Problem(location, "the path is not valid UTF-8")
+        except InvalidUri as exc:
+            return Problem(location, f"no valid URI for this path: {exc.reason}")
+        fields: dict[str, Any] = {"uri": uri, "name": name}
+        size = 0
+        if entry.is_dir:
+            fields["mimeType"] = DIRECTORY_MIME_TYPE
+        else:
+            try:
+                with open(entry.path, "rb") as handle:
+                    # Never ask for max_bytes at once: read() would allocate that much per file.
+                    size = os.fstat(handle.fileno()).st_size
+                    data = handle.read(min(size, self.max_bytes) + 1) if size <= self.max_bytes else b""
+            except OSError as exc:
+                return Problem(location, f"cannot read: {exc.strerror or exc}")
+            if size > self.max_bytes or len(data) > self.max_bytes:
+                return Problem(location, f"larger than {self.max_bytes} bytes (CATALOG_MAX_BLOB_BYTES)")
+            size = len(data)
+            text = _as_text(data)
+            fields["mimeType"] = guess_mime_type(name, is_text=text is not None)
+            if text is not None:
+                fields["text"] = text
+            else:
+                fields["blob"] = base64.b64encode(data).decode("ascii")
+        try:
+            return Item(location, ResourceIn.model_validate(fields), size=size)
+        except ValidationError as exc:
+            return Problem(location, validation_reason(exc))
+
+
+def _as_text(data: bytes) -> str | None:
+    if b"\x00" in data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+# -- writing --------------------------------------------------------------------------------------
+
+
+def _batches(
+    items: Iterable[Item | Problem], batch_size: int, batch_bytes: int
+) -> Iterator[list[Item | Problem]]:
+    batch: list[Item | Problem] = []
+    count = size = 0
+    for item in items:
+        batch.append(item)
+        if isinstance(item, Item):
+            count += 1
+            size += item.size
+        if count >= batch_size or size >= batch_bytes:
+            yield batch
+            batch, count, size = [], 0, 0
+    if batch:
+        yield batch
+
+
+# Errors that belong to one body (bad content, a blob too large, data PostgreSQL refuses): the
+# batch is retried one body at a time so the others still go in. Anything else (the database is
+# gone) ends the import.
+_ITEM_ERRORS = (CatalogError, DataError, IntegrityError)
+
+
+def _error_reason(exc: Exception) -> str:
+    if isinstance(exc, CatalogError):
+        details = "; ".join(f"{e.pointer}: {e.detail}" for e in exc.errors)
+        return f"{exc.detail} ({details})" if details else exc.detail
+    orig = getattr(exc, "orig", None) or exc
+    return str(orig).strip().splitlines()[0] if str(orig).strip() else type(exc).__name__
+
+
+async def analyze_tables(catalog: Catalog) -> None:
+    """Refresh the planner's statistics of the tables an import fills (PostgreSQL's advice after a
+    bulk load). Without it, plans cached while a fresh database was empty -- the foreign-key checks
+    on ``resources`` among them -- keep scanning a whole tenant per row, and an import into a new
+    database slows quadratically wherever autovacuum is off or not yet round.
+
+    Runs as the login role (the tables' owner, normally), not the row-security role; a role that may
+    not analyze them gets a warning from PostgreSQL and nothing changes.
+    """
+    engine = create_engine(catalog.engine.url, pool_size=1, max_overflow=0)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text(f"ANALYZE {resources.name}, {blobs.name}"))
+    except DBAPIError:
+        pass
+    finally:
+        await engine.dispose()
+
+
+async def import_items(
+    catalog: Catalog,
+    principal: Principal,
+    tenant: Tenant,
+    items: Iterable[Item | Problem],
+    *,
+    batch_size: int = BATCH_SIZE,
+    batch_bytes: int = BATCH_BYTES,
+    analyze: bool = True,
+    on_problem: Callable[[Problem], None] = lambda problem: None,
+    on_progress: Callable[[int], None] = lambda weight: None,
+) -> ImportReport:
+    """Upsert ``items`` in batches of ``batch_size`` (one transaction each); report what happened."""
+    report = ImportReport()
+    analyze_at = FIRST_ANALYZE
+
+    def problem(found: Problem) -> None:
+        (report.skipped if found.skipped else report.failed).append(found)
+        on_problem(found)
+
+    for batch in _batches(items, batch_size, batch_bytes):
+        good = [item for item in batch if isinstance(item, Item)]
+        for found in batch:
+            if isinstance(found, Problem):
+                problem(found)
+        if good:
+            try:
+                counts = await upsert_many(catalog, principal, tenant, [item.body for item in good])
+            except _ITEM_ERRORS:
+                counts = (0, 0, 0)
+                for item in good:  # find the bad ones; the rest still go in
+                    try:
+                        one = await upsert_many(catalog, principal, tenant, [item.body])
+                    except _ITEM_ERRORS as exc:
+                        problem(Problem(item.location, _error_reason(exc), item.weight))
+                        continue
+                    counts = (counts[0] + one[0], counts[1] + one[1], counts[2] + one[2])
+            report.created += counts[0]
+            report.updated += counts[1]
+            report.unchanged += counts[2]
+        if analyze and report.created >= analyze_at:
+            await analyze_tables(catalog)
+            analyze_at = report.created * 2
+        on_progress(sum(item.weight for item in batch))
+    return report
+
+
+# -- export ---------------------------------------------------------------------------------------
+
+
+def export_object(record: ResourceRecord, *, text: str | None, blob: bytes | None) -> dict[str, Any]:
+    """A resource as an admin-API body (``ResourceIn`` shape): stored metadata and inline content."""
+    data = record.snapshot()
+    data.pop("size", None)  # computed on the way in, never given
+    if text is not None:
+        data["text"] = text
+    elif blob is not None:
+        data["blob"] = base64.b64encode(blob).decode("ascii")
+    return data
+
+
+async def export_lines(
+    catalog: Catalog, principal: Principal, tenant: Tenant
+) -> AsyncIterator[dict[str, Any]]:
+    """Every resource of ``tenant`` visible to ``principal``, in URI order, with its content.
+
+    Each page is read in one transaction (listing and content agree); content is fetched a
+    bounded group at a time, so memory stays flat however large the catalogue.
+    """
+    cursor: str | None = None
+    while True:
+        async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+            visibility = await load_visibility(conn, principal, tenant.id)
+            records, cursor = await list_page(
+                catalog, conn, visibility, listing="export", cursor=cursor, limit=MAX_PAGE
+            )
+            start = 0
+            while start < len(records):  # content in groups of bounded size, one query per kind
+                end, group_bytes = start, 0
+                while end < len(records) and (end == start or group_bytes < EXPORT_GROUP_BYTES):
+                    group_bytes += records[end].size or 0
+                    end += 1
+                group = records[start:end]
+                texts, data = await _contents(conn, tenant, group)
+                for record in group:
+                    yield export_object(
+                        record,
+                        text=texts.get(record.id),
+                        blob=data.get(record.blob_sha256) if record.blob_sha256 else None,
+                    )
+                start = end
+        if cursor is None:
+            return
+
+
+async def _contents(
+    conn: AsyncConnection, tenant: Tenant, records: list[ResourceRecord]
+) -> tuple[dict[int, str], dict[str, bytes]]:
+    """The text (by resource id) and blob bytes (by sha256) of ``records``."""
+    texts: dict[int, str] = {}
+    text_ids = [r.id for r in records if r.blob_sha256 is None]
+    if text_ids:
+        rows = await conn.execute(
+            select(resources.c.id, resources.c.text).where(
+                resources.c.tenant_id == tenant.id, resources.c.id.in_(text_ids)
+            )
+        )
+        texts = {row.id: row.text for row in rows if row.text is not None}
+    data: dict[str, bytes] = {}
+    shas = sorted({r.blob_sha256 for r in records if r.blob_sha256})
+    if shas:
+        rows = await conn.execute(
+            select(blobs.c.sha256, blobs.c.data).where(
+                blobs.c.tenant_id == tenant.id, blobs.c.sha256.in_(shas)
+            )
+        )
+        data = {row.sha256: bytes(row.data) for row in rows}
+    return texts, data
