@@ -619,22 +619,45 @@ async def list_page(
 ) -> tuple[list[ResourceRecord], str | None]:
     """One keyset page of visible resources in URI byte order, and the cursor to the next page."""
     bound = f"{listing}:{filters.key}"
-    query = select(*LISTING_COLUMNS).where(listing_clause(visibility, filters))
+    after: str | None = None
     if cursor:
         position = decode_cursor(
             catalog.signing_key, cursor, listing=bound, fingerprint=visibility.fingerprint
         )
-        query = query.where(resources.c.uri > str(position.after))
+        after = str(position.after)
     if visibility.nothing:
         return [], None
+    page_uris = (
+        visibility.sparse_page_uris(after=after, limit=limit + 1) if filters == ListingFilter() else None
+    )
+    if page_uris is not None:
+        query = select(*LISTING_COLUMNS).where(
+            resources.c.tenant_id == visibility.tenant_id, resources.c.uri.in_(page_uris)
+        )
+    else:
+        query = select(*LISTING_COLUMNS).where(listing_clause(visibility, filters))
+        if after is not None:
+            query = query.where(resources.c.uri > after)
     rows = (await conn.execute(query.order_by(resources.c.uri).limit(limit + 1))).all()
     records = [record_from_row(row) for row in rows[:limit]]
     next_cursor = None
     if len(rows) > limit:
-        next_cursor = encode_cursor(
-            catalog.signing_key, after=records[-1].uri, listing=bound, fingerprint=visibility.fingerprint
-        )
+        next_cursor = cursor_after(catalog, visibility, records[-1].uri, listing=listing, filters=filters)
     return records, next_cursor
+
+
+def cursor_after(
+    catalog: Catalog,
+    visibility: Visibility,
+    uri: str,
+    *,
+    listing: str,
+    filters: ListingFilter = ListingFilter(),
+) -> str:
+    """The cursor of the page that starts after ``uri`` in this listing, for this caller."""
+    return encode_cursor(
+        catalog.signing_key, after=uri, listing=f"{listing}:{filters.key}", fingerprint=visibility.fingerprint
+    )
 
 
 async def list_resources(
