@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Path, Query, Request
 
 from catalog.auth import authenticate
-from catalog.core.errors import Forbidden, NotFound, Unauthenticated
+from catalog.core.errors import Forbidden, InsufficientScope, NotFound, Unauthenticated
 from catalog.core.principal import Principal
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant, find_tenant
@@ -21,11 +21,16 @@ CatalogDep = Annotated[Catalog, Depends(get_catalog)]
 
 
 async def get_principal(request: Request, catalog: CatalogDep) -> Principal:
+    """The caller. 401 (with a ``WWW-Authenticate`` challenge naming the protected-resource
+    metadata: see :mod:`catalog.admin.problems`) without a usable bearer token, or with a token in
+    the query string (RFC 6750 section 2.3 is not supported: URLs end up in logs)."""
     if "access_token" in request.query_params:
-        raise Unauthenticated("tokens are accepted only in the Authorization header, never in the URL")
+        raise Unauthenticated(
+            "tokens are accepted only in the Authorization header, never in the URL", error="invalid_request"
+        )
     principal = await authenticate(catalog, request.headers.get("authorization"))
     if principal is None:
-        raise Unauthenticated("this API needs a bearer token")
+        raise Unauthenticated("this API needs a bearer token", error=None)
     return principal
 
 
@@ -33,6 +38,8 @@ PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
 async def require_platform_admin(principal: PrincipalDep) -> Principal:
+    """Platform-only routes (creating, deleting tenants): a plain 403 for every other credential,
+    without an ``insufficient_scope`` challenge, since no token scope grants this."""
     if not principal.is_platform_admin:
         raise Forbidden("only the platform admin may do this")
     return principal
@@ -41,10 +48,21 @@ async def require_platform_admin(principal: PrincipalDep) -> Principal:
 PlatformAdminDep = Annotated[Principal, Depends(require_platform_admin)]
 
 
-async def require_some_admin(principal: PrincipalDep) -> Principal:
-    """The platform admin or a tenant admin token (which sees only its own tenant)."""
+def _require_admin_flag(principal: Principal, catalog: Catalog) -> None:
+    """A valid credential without the admin flag (an opaque token minted without ``admin``, a JWT
+    without the admin scope) is 403 ``insufficient_scope`` naming that scope: holding it is what
+    the admin API needs."""
     if not (principal.is_platform_admin or (principal.is_admin and principal.tenant_id is not None)):
-        raise Forbidden("this needs an admin token")
+        raise InsufficientScope(
+            "the admin API needs an admin token (a tenant token minted with admin, or a JWT with "
+            f"the {catalog.settings.oauth_admin_scope!r} scope)",
+            scope=catalog.settings.oauth_admin_scope,
+        )
+
+
+async def require_some_admin(principal: PrincipalDep, catalog: CatalogDep) -> Principal:
+    """The platform admin or a tenant admin token (which sees only its own tenant)."""
+    _require_admin_flag(principal, catalog)
     return principal
 
 
@@ -56,7 +74,12 @@ async def get_admin_tenant(
     catalog: CatalogDep,
     slug: Annotated[str, Path(description="the tenant's slug", max_length=63)],
 ) -> Tenant:
-    """The tenant named in the path, if the caller administers it (403 otherwise, 404 if unknown)."""
+    """The tenant named in the path, if the caller administers it (403 otherwise, 404 if unknown).
+
+    A credential without the admin flag is ``insufficient_scope`` whatever the tenant; an admin
+    token of another tenant is a plain 403 (no scope would help), whether that tenant exists or not.
+    """
+    _require_admin_flag(principal, catalog)
     if not principal.is_platform_admin and principal.tenant_slug != slug:
         # A tenant admin learns nothing about other tenants, not even whether they exist.
         raise Forbidden("this token does not administer that tenant")

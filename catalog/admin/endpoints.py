@@ -12,7 +12,7 @@ ROUTERS = (tenants, resources, blobs, templates, grants, tokens, activity)
 
 
 def install(app: FastAPI) -> None:
-    install_problem_handlers(app, www_authenticate='Bearer realm="catalog-admin"')
+    install_problem_handlers(app)
     api = APIRouter(prefix=PREFIX)
     for module in ROUTERS:
         api.include_router(module.router)

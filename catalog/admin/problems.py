@@ -14,13 +14,14 @@ from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from catalog.core.errors import CatalogError, FieldError, Unauthenticated
+from catalog.core.errors import CatalogError, FieldError, InsufficientScope, Unauthenticated
 from catalog.db.engine import database_unavailable
 
 logger = logging.getLogger("catalog.admin")
 
 PROBLEM_TYPE_BASE = "https://catalog.invalid/problems/"
 PROBLEM_MEDIA_TYPE = "application/problem+json"
+PROTECTED_RESOURCE_METADATA_PATH = "/.well-known/oauth-protected-resource"
 
 
 class ProblemResponse(JSONResponse):
@@ -101,10 +102,44 @@ _HTTP_TITLES = {
 }
 
 
-def install_problem_handlers(app: FastAPI, *, www_authenticate: str) -> None:
+def resource_metadata_url(request: Request) -> str:
+    """Where the RFC 9728 metadata of the tokens this API accepts lives: the root well-known URL of
+    this origin (the same document as for ``/mcp``: one set of tokens serves both surfaces). The
+    origin is the configured OAuth audience's when there is one, else the request's own."""
+    settings = getattr(request.app.state, "settings", None)
+    audience = getattr(settings, "oauth_audience", None)
+    if audience and "://" in audience:
+        scheme, _, rest = audience.partition("://")
+        origin = f"{scheme}://{rest.split('/', 1)[0]}"
+    else:
+        origin = str(request.base_url).rstrip("/")
+    return origin + PROTECTED_RESOURCE_METADATA_PATH
+
+
+def _quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def bearer_challenge(request: Request, exc: CatalogError) -> str | None:
+    """The ``WWW-Authenticate`` value for an auth error (RFC 6750 section 3, RFC 9728 section 5.1):
+    401 names the error (none when no credential was sent); 403 ``insufficient_scope`` names the
+    scope that would be enough. Other 403s (another tenant, platform-only routes) get no challenge:
+    no token this API could be given would change the answer."""
+    if isinstance(exc, Unauthenticated):
+        parts = [] if exc.error is None else [f"error={_quoted(exc.error)}"]
+    elif isinstance(exc, InsufficientScope):
+        parts = [f"error={_quoted('insufficient_scope')}", f"scope={_quoted(exc.scope)}"]
+    else:
+        return None
+    parts.append(f"resource_metadata={_quoted(resource_metadata_url(request))}")
+    return "Bearer " + ", ".join(parts)
+
+
+def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(CatalogError)
     async def _catalog_error(request: Request, exc: CatalogError) -> JSONResponse:
-        headers = {"WWW-Authenticate": www_authenticate} if isinstance(exc, Unauthenticated) else None
+        challenge = bearer_challenge(request, exc)
+        headers = {"WWW-Authenticate": challenge} if challenge else None
         return problem_response(exc.status, exc.title, exc.detail, exc.errors, headers)
 
     async def _database_error(request: Request, exc: Exception) -> JSONResponse:

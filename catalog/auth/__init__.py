@@ -24,7 +24,7 @@ def bearer_token(authorization: str | None) -> str | None:
     scheme, _, token = authorization.strip().partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token or " " in token:
-        raise Unauthenticated("the Authorization header must be 'Bearer <token>'")
+        raise Unauthenticated("the Authorization header must be 'Bearer <token>'", error="invalid_request")
     return token
 
 

@@ -53,9 +53,27 @@ class Forbidden(CatalogError):
     title = "Forbidden"
 
 
+class InsufficientScope(Forbidden):
+    """A valid credential that lacks ``scope`` (RFC 6750 ``insufficient_scope``): holding that
+    scope would allow the request."""
+
+    def __init__(self, detail: str, *, scope: str) -> None:
+        super().__init__(detail)
+        self.scope = scope
+
+
 class Unauthenticated(CatalogError):
+    """No usable credential. ``error`` is the RFC 6750 error code for the challenge: None when the
+    request carried no credential at all, ``invalid_token`` or ``invalid_request`` otherwise."""
+
     status = 401
     title = "Unauthorized"
+
+    def __init__(
+        self, detail: str, *, errors: list[FieldError] | None = None, error: str | None = "invalid_token"
+    ) -> None:
+        super().__init__(detail, errors=errors)
+        self.error = error
 
 
 class Unavailable(CatalogError):
