@@ -58,6 +58,17 @@ class InvalidArgument(InvalidInput):
     pass
 
 
+def _storable(text: str) -> bool:
+    """Whether PostgreSQL text can hold ``text`` (else comparing it in SQL is an error, not a miss)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class Completion:
     values: list[str]
@@ -74,6 +85,8 @@ async def complete_argument(
     context_arguments: Mapping[str, str] | None = None,
 ) -> Completion:
     tenant_id = tenant_of(principal)
+    if not _storable(uri_template):
+        raise UnknownTemplate(uri_template)  # no stored template can hold a NUL or a lone surrogate
     async with transaction(catalog.engine, TenantScope.tenant(tenant_id)) as conn:
         visibility = await load_visibility(conn, principal, tenant_id)
         if visibility.nothing:

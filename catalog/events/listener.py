@@ -279,7 +279,7 @@ class ChangeListener:
         if event.seq is not None and (self.last_seq is None or event.seq > self.last_seq):
             self.last_seq = event.seq
         if event.uri is None and event.seq is not None:
-            # The URI was too long for the payload; the feed has it.
+            # The URI was too long for the payload, or there is none (a tag grant): the feed says.
             task = asyncio.get_running_loop().create_task(self._resolve(event))
             self._resolving.add(task)
             task.add_done_callback(self._resolving.discard)
@@ -287,12 +287,12 @@ class ChangeListener:
         self.hub.publish(event)
 
     async def _resolve(self, event: ChangeEvent) -> None:
-        uri: str | None = None
+        row = None
         conn = self._conn
         try:
             if conn is not None:
                 async with self._lock:
-                    uri = await conn.fetchval(
+                    row = await conn.fetchrow(
                         "SELECT uri FROM change_feed WHERE tenant_id = $1 AND seq = $2",
                         event.tenant_id,
                         event.seq,
@@ -302,11 +302,13 @@ class ChangeListener:
             raise
         except Exception as exc:
             logger.warning("event listener: cannot read seq %s from the feed: %s", event.seq, exc)
-        if uri is None:
+        if row is None:
             # Gone (tenant deleted) or unreadable: the tenant's streams must not stay stale.
             self.hub.publish(ChangeEvent(event.tenant_id, "gap", None, "unresolved", event.seq))
         else:
-            self.hub.publish(ChangeEvent(event.tenant_id, event.kind, uri, event.op, event.seq))
+            # A NULL uri in the feed is a change that names no URI (a tag grant): the event as it
+            # came, not a gap (a gap would tell every stream that every subscribed URI changed).
+            self.hub.publish(ChangeEvent(event.tenant_id, event.kind, row["uri"], event.op, event.seq))
 
 
 def _describe(exc: BaseException) -> str:
