@@ -42,7 +42,7 @@ from catalog.db.models import resources, templates
 
 MAX_VALUES = 100
 MAX_SCANNED_ROWS = 20_000
-MAX_GROUPS = 1000  # jumps of one loose index scan: distinct first-segment values looked at
+MAX_GROUPS = 250  # jumps of one loose index scan (distinct first-segment values), about 2.5 pages of rows
 _BATCH = 1000
 # Characters simple ``{name}`` expansion always percent-encodes, so a value never contains them.
 _RESERVED = set(":/?#[]@!$&'()*+,;=")
