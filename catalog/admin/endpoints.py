@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, FastAPI
 
 from catalog.admin import activity, blobs, grants, resources, templates, tenants, tokens
-from catalog.admin.problems import install_problem_handlers
+from catalog.admin.problems import PROBLEM_MEDIA_TYPE, install_problem_handlers
 
 PREFIX = "/admin/v1"
 ROUTERS = (tenants, resources, blobs, templates, grants, tokens, activity)
@@ -17,3 +19,82 @@ def install(app: FastAPI) -> None:
     for module in ROUTERS:
         api.include_router(module.router)
     app.include_router(api)
+    _document_problems(app)
+
+
+# Every admin operation can answer these, whatever the route: malformed or too deep JSON (400),
+# credentials (401/403), an unknown tenant (404), a body over the limits (413), invalid input (422)
+# and an unreachable database (503).
+COMMON_ERRORS = {
+    "400": "malformed request",
+    "401": "no usable bearer token",
+    "403": "the token may not do this",
+    "404": "no such tenant or item",
+    "413": "body too large",
+    "422": "invalid input",
+    "503": "the database is unavailable; retry",
+}
+
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "title": "Problem",
+    "description": "RFC 9457 problem details",
+    "type": "object",
+    "required": ["type", "title", "status", "detail"],
+    "properties": {
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "errors": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["pointer", "detail"],
+                "properties": {"pointer": {"type": "string"}, "detail": {"type": "string"}},
+            },
+        },
+    },
+}
+
+
+def _document_problems(app: FastAPI) -> None:
+    """Document every admin error as what it is on the wire: ``application/problem+json``.
+
+    FastAPI documents its own ``HTTPValidationError`` as ``application/json``; the handlers in
+    :mod:`catalog.admin.problems` answer RFC 9457 problems instead, so the document says so.
+    """
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        document = generate()
+        document.setdefault("components", {}).setdefault("schemas", {})["Problem"] = PROBLEM_SCHEMA
+        problem = {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+        for path, operations in document.get("paths", {}).items():
+            if not path.startswith(PREFIX):
+                continue
+            for method, operation in operations.items():
+                responses = operation.setdefault("responses", {})
+                for code, description in COMMON_ERRORS.items():
+                    responses.setdefault(code, {"description": description})
+                if method in ("post", "put", "patch"):
+                    responses.setdefault("409", {"description": "conflicts with what is stored"})
+                if path.startswith(f"{PREFIX}/tenants/{{slug}}/resources") and method in (
+                    "put",
+                    "patch",
+                    "delete",
+                ):
+                    responses.setdefault("412", {"description": "If-Match names a stale version"})
+                for code, response in responses.items():
+                    if code[0] in "45":
+                        response["content"] = problem
+                        if response.get("description") in (None, "", "Validation Error"):
+                            response["description"] = COMMON_ERRORS.get(code, "error")
+        schemas = document["components"]["schemas"]
+        for unused in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(unused, None)
+        app.openapi_schema = document
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]
