@@ -21,13 +21,16 @@ notifications. Decisions:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import weakref
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from catalog.core.principal import Principal
 from catalog.core.reading import tenant_of
@@ -51,6 +54,8 @@ class Event(Protocol):
     def uri(self) -> str | None: ...
     @property
     def op(self) -> str: ...  # 'created' | 'updated' | 'deleted'
+    @property
+    def seq(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -126,7 +131,7 @@ class Watch:
             if event.kind != "resource":
                 continue
             if uri in self.uris:
-                await self._refresh_directory(uri, deleted=event.op == "deleted")
+                await self._refresh_directory(uri, deleted=event.op == "deleted", seq=event.seq)
             watched = uri in self.uris or any(is_descendant(d, uri) for d in self.directories)
             creates_or_deletes = event.op in ("created", "deleted")
             if not (watched or (self.list_changed and creates_or_deletes)):
@@ -173,20 +178,68 @@ class Watch:
             )
             return row.first() is not None
 
-    async def _refresh_directory(self, uri: str, *, deleted: bool) -> None:
+    async def _refresh_directory(self, uri: str, *, deleted: bool, seq: int | None) -> None:
         if deleted:
             self.directories.discard(uri)
             return
-        async with self._conn() as conn:
-            if await _directories(conn, self.visibility, frozenset({uri})):
-                self.directories.add(uri)
-            else:
-                self.directories.discard(uri)
+        # Every watcher of this URI in the process asks about the same change: one query answers
+        # them all. Visibility is not part of the answer; it is decided for each watcher after.
+        if await _directory_probe(self.catalog.engine).is_directory(self.tenant_id, uri, seq):
+            self.directories.add(uri)
+        else:
+            self.directories.discard(uri)
 
     @contextlib.asynccontextmanager
     async def _conn(self) -> AsyncIterator[AsyncConnection]:
         async with transaction(self.catalog.engine, TenantScope.tenant(self.tenant_id)) as conn:
             yield conn
+
+
+class DirectoryProbe:
+    """Whether a stored resource is an ``inode/directory`` just after change ``seq``, asked once per
+    (tenant, uri, seq) however many watchers ask; the last answers are remembered (bounded)."""
+
+    def __init__(self, engine: AsyncEngine, *, remember: int = 1024) -> None:
+        self._engine = engine
+        self._remember = remember
+        self._answers: OrderedDict[tuple[int, str, int], asyncio.Future[bool]] = OrderedDict()
+
+    async def is_directory(self, tenant_id: int, uri: str, seq: int | None) -> bool:
+        if seq is None:
+            return await self._query(tenant_id, uri)
+        key = (tenant_id, uri, seq)
+        answer = self._answers.get(key)
+        if answer is None:
+            answer = asyncio.ensure_future(self._query(tenant_id, uri))
+            self._answers[key] = answer
+            while len(self._answers) > self._remember:
+                self._answers.popitem(last=False)
+        try:
+            return await asyncio.shield(answer)
+        except Exception:
+            self._answers.pop(key, None)
+            raise
+
+    async def _query(self, tenant_id: int, uri: str) -> bool:
+        async with transaction(self._engine, TenantScope.tenant(tenant_id)) as conn:
+            found = await conn.execute(
+                select(resources.c.id).where(
+                    resources.c.tenant_id == tenant_id,
+                    resources.c.uri == uri,
+                    resources.c.mime_type == DIRECTORY_MIME_TYPE,
+                )
+            )
+            return found.first() is not None
+
+
+_probes: weakref.WeakKeyDictionary[AsyncEngine, DirectoryProbe] = weakref.WeakKeyDictionary()
+
+
+def _directory_probe(engine: AsyncEngine) -> DirectoryProbe:
+    probe = _probes.get(engine)
+    if probe is None:
+        probe = _probes[engine] = DirectoryProbe(engine)
+    return probe
 
 
 async def _directories(conn: AsyncConnection, visibility: Visibility, uris: frozenset[str]) -> set[str]:
