@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
+import sys
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
@@ -23,8 +26,30 @@ logger = logging.getLogger("catalog")
 READYZ_TIMEOUT_S = 3.0  # a probe must answer promptly, whatever the database does
 
 
+SUPERVISOR_PID_VARIABLE = "CATALOG_SUPERVISOR_PID"
+
+
+def follow_supervisor() -> None:
+    """In a worker of ``catalog serve --workers N``: end with the supervisor, however it ends.
+
+    uvicorn's workers outlive a supervisor that is killed outright (SIGKILL, OOM), holding the port,
+    database connections and the LISTEN connection. On Linux the kernel then sends the worker
+    SIGTERM (``PR_SET_PDEATHSIG``), and it shuts down as gracefully as on any SIGTERM.
+    """
+    supervisor = os.environ.get(SUPERVISOR_PID_VARIABLE)
+    if supervisor is None or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() != int(supervisor):  # it died before we could ask to be told
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    follow_supervisor()
     if settings.database_url is None:
         raise ConfigError(
             "the app needs CATALOG_DATABASE_URL; `catalog serve` provides it for the embedded server"

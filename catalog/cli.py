@@ -204,6 +204,10 @@ def _serve(args: argparse.Namespace) -> int:
             print("catalog: demo tenant 'demo' is readable anonymously", flush=True)
         for handled in (signal.SIGTERM, signal.SIGINT):
             signal.signal(handled, _after_uvicorn)
+        if args.workers > 1:
+            from catalog.app import SUPERVISOR_PID_VARIABLE
+
+            os.environ[SUPERVISOR_PID_VARIABLE] = str(os.getpid())
         uvicorn.run(
             "catalog.app:create_app",
             factory=True,

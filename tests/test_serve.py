@@ -227,3 +227,21 @@ def test_a_port_in_use_ends_with_one_clear_line(database_url: str, tmp_path: Pat
         result = run_catalog("serve", "--port", str(port), env=env)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [f"catalog: port {port} on 127.0.0.1 is in use"]
+
+
+def test_workers_end_when_their_supervisor_is_killed_outright(database_url: str, tmp_path: Path) -> None:
+    env = catalog_env(CATALOG_DATABASE_URL=database_url, CATALOG_HOME=str(tmp_path / "home"))
+    with serving("--workers", "2", env=env) as served:
+        served.wait_for("Application startup complete")
+        served.wait_for("Application startup complete")
+        workers = [
+            child
+            for child in psutil.Process(served.process.pid).children()
+            if "spawn_main" in " ".join(child.cmdline())
+        ]
+        assert len(workers) == 2
+        served.process.kill()  # SIGKILL: no chance to stop its workers itself
+        served.process.wait(timeout=30)
+        gone, alive = psutil.wait_procs(workers, timeout=30)
+        assert alive == [], f"orphaned workers: {[p.pid for p in alive]}"
+        assert len(gone) == 2
