@@ -334,14 +334,15 @@ def depth_png(scale: dict[str, Any] | None) -> Path | None:
     figure, axes = plt.subplots(figsize=(7, 4.2), dpi=110)
     for level, style in (("http", "-"), ("core", "--")):
         depth = scale[level]["depth"]
-        label = "over HTTP (/mcp)" if level == "http" else "core (list_page)"
+        keyset_label = "keyset, resources/list on /mcp" if level == "http" else "keyset, core list_page"
+        offset_label = "OFFSET, bare route of the app" if level == "http" else "OFFSET, core query"
         axes.plot(
             depth["depth_percent"],
             depth["keyset_median_ms"],
             style,
             marker="o",
             color="tab:blue",
-            label=f"keyset, {label}",
+            label=keyset_label,
         )
         axes.plot(
             depth["depth_percent"],
@@ -349,7 +350,7 @@ def depth_png(scale: dict[str, Any] | None) -> Path | None:
             style,
             marker="s",
             color="tab:red",
-            label=f"OFFSET, {label}",
+            label=offset_label,
         )
     axes.set_xlabel("depth of the page (% of the way through the listing)")
     axes.set_ylabel("page latency, median (ms)")
