@@ -66,11 +66,12 @@ SCOPES = ["s1", "s2", "public"]
 TAGS = ["red", "blue"]
 SEGMENTS = ["a", "b", "ab"]
 ROOTS = ["file:///", "test://h/"]
-STORED = [
+STORED = [  # 33 URIs: prefixes overlap as strings (a, ab) and as paths (a, a/b, a/b/a)
     root + "/".join(parts)
     for root in ROOTS
     for depth in (1, 2, 3)
     for parts in itertools.product(SEGMENTS, repeat=depth)
+    if depth < 3 or (root == "file:///" and parts[0] == "a")
 ]
 # Never stored: answered only by a template, or by nothing at all.
 UNSTORED = [
@@ -163,13 +164,15 @@ scopes_st = st.frozensets(st.sampled_from(SCOPES))
 @st.composite
 def tenant_specs(draw: Any) -> TenantSpec:
     uris = draw(st.lists(st.sampled_from(STORED), min_size=1, max_size=9, unique=True))
-    resources = tuple(
-        Res(uri, draw(st.sampled_from(["text", "text", "blob", "dir"])), draw(tags_st)) for uri in uris
-    )
+    # Directories over stored children (so directory reads meet hidden children) half of the time.
+    parents = sorted({uri.rsplit("/", 1)[0] for uri in uris} & set(STORED) - set(uris))
+    uris += draw(st.lists(st.sampled_from(parents), unique=True)) if parents else []
+    kinds = st.sampled_from(["text", "text", "blob", "dir"])
+    resources = tuple(Res(uri, "dir" if uri in parents else draw(kinds), draw(tags_st)) for uri in uris)
     chosen = draw(st.lists(st.sampled_from(TEMPLATES), max_size=3, unique=True))
     templates = tuple(Tpl(t, body, draw(tags_st)) for t, body in chosen)
     selector = st.one_of(
-        st.tuples(st.just("uri"), st.sampled_from(STORED + UNSTORED)),
+        st.tuples(st.just("uri"), st.sampled_from(uris) | st.sampled_from(STORED + UNSTORED)),
         st.tuples(st.just("uriPrefix"), st.sampled_from(PREFIXES)),
         st.tuples(st.just("tag"), st.sampled_from(TAGS)),
     )
