@@ -1,0 +1,408 @@
+"""Fan-out through real listen streams: N ``subscriptions/listen`` SSE streams over loopback, spread
+across the workers of one ``catalog serve --workers 2`` process, all watching one URI.
+
+- latency: the URI is updated in SQL (autocommit), one update at a time once every stream has the
+  previous one; measured from sending the UPDATE until every stream has read its
+  ``notifications/resources/updated`` frame off the socket (and until the first, the median
+  stream, and the commit's own acknowledgement, as baselines from the same updates). Sizes are
+  reached by opening more streams (1, then 100, then 1000 by default), measuring at each.
+- memory per idle stream: RSS (and USS) of the worker processes after the streams are open minus
+  before any was, over the number of streams; the "before" follows a warm-up that opened and
+  closed a few streams, so one-time costs (imports, first allocations) are not counted.
+
+The streams are raw asyncio connections (an HTTP/1.1 POST, then the SSE body read as bytes), so one
+client process can hold a thousand of them cheaply; each is a real listen, anonymous, on the demo
+tenant. The database is a fresh one on CATALOG_BENCH_DATABASE_URL's server, else an embedded one.
+Results go to the ``streams`` section of bench/results/fanout.json (the ``hub`` section is kept).
+
+    python -m bench.bench_streams [--sizes 1,100,1000] [--updates 100] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import queue
+import resource
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import psutil
+
+from bench.harness import RESULTS, Database, bench_database, summary
+
+URI = "test://watched-resource"  # a demo resource, visible to anonymous callers
+UPDATED = b'"notifications/resources/updated"'
+ACKED = b'"notifications/subscriptions/acknowledged"'
+OPEN_CONCURRENCY = 50
+WARMUP_UPDATES = 5
+WAIT = 30.0
+
+
+# -- the server ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[str]
+    port: int
+    lines: queue.Queue[str | None] = field(default_factory=queue.Queue)
+
+    def pump(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def wait_for(self, text: str, count: int, timeout: float = 120) -> None:
+        seen = 0
+        deadline = time.monotonic() + timeout
+        while seen < count:
+            line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            if line is None:
+                raise RuntimeError(f"catalog serve exited ({self.process.wait()})")
+            if text in line:
+                seen += 1
+
+    def workers(self) -> list[psutil.Process]:
+        out = []
+        for child in psutil.Process(self.process.pid).children():
+            with contextlib.suppress(psutil.Error):
+                if any(
+                    c.status == psutil.CONN_LISTEN and c.laddr.port == self.port
+                    for c in child.net_connections("tcp")
+                ):
+                    out.append(child)
+        return out
+
+    def streams_per_worker(self) -> list[int]:
+        return [
+            sum(
+                1
+                for c in w.net_connections("tcp")
+                if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == self.port
+            )
+            for w in self.workers()
+        ]
+
+    def memory(self) -> dict[str, int]:
+        infos = [w.memory_full_info() for w in self.workers()]
+        return {"rss": sum(i.rss for i in infos), "uss": sum(i.uss for i in infos)}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(database: Database, workers: int) -> Iterator[Server]:
+    home = Path(tempfile.mkdtemp(prefix="catalog-bench-home-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
+    env.update(
+        CATALOG_DATABASE_URL=database.url,
+        CATALOG_HOME=str(home),
+        CATALOG_ADMIN_TOKEN="cat_" + secrets.token_urlsafe(24),
+        CATALOG_SECRET_KEY=secrets.token_urlsafe(32),
+    )
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "catalog", "serve", "--port", str(port), "--workers", str(workers), "--demo"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    server = Server(process, port)
+    threading.Thread(target=server.pump, daemon=True).start()
+    try:
+        server.wait_for("Application startup complete", workers)
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# -- raw listen streams -------------------------------------------------------------------------------
+
+
+class Fanout:
+    """What every stream's reader reports to: the update being awaited and who has it."""
+
+    def __init__(self) -> None:
+        self.target = 0
+        self.remaining = 0
+        self.arrivals: list[float] = []
+        self.done: asyncio.Future[None] | None = None
+
+    def expect(self, target: int, streams: int) -> asyncio.Future[None]:
+        self.target, self.remaining, self.arrivals = target, streams, []
+        self.done = asyncio.get_running_loop().create_future()
+        return self.done
+
+    def arrived(self, count: int, previous: int, now: float) -> None:
+        if previous < self.target <= count:
+            self.arrivals.append(now)
+            self.remaining -= 1
+            if self.remaining == 0 and self.done is not None and not self.done.done():
+                self.done.set_result(None)
+
+
+class RawStream:
+    def __init__(self, fanout: Fanout, request_id: int) -> None:
+        self.fanout = fanout
+        self.id = request_id
+        self.updates = 0
+        self.acked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._tail = b""
+        self._writer: asyncio.StreamWriter | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def open(self, port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        self._writer = writer
+        body = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": self.id,
+                "method": "subscriptions/listen",
+                "params": {
+                    "_meta": {
+                        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                        "io.modelcontextprotocol/clientCapabilities": {},
+                        "io.modelcontextprotocol/clientInfo": {"name": "bench-streams", "version": "0"},
+                    },
+                    "notifications": {"resourceSubscriptions": [URI]},
+                },
+            }
+        ).encode()
+        head = (
+            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            "Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n"
+            f"Mcp-Method: subscriptions/listen\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        writer.write(head.encode() + body)
+        status = await reader.readuntil(b"\r\n\r\n")
+        if not status.startswith(b"HTTP/1.1 200") or b"text/event-stream" not in status:
+            raise RuntimeError(f"listen refused: {status[:300]!r}")
+        self._task = asyncio.create_task(self._read(reader))
+        await asyncio.wait_for(self.acked, WAIT)
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        keep = len(UPDATED) - 1  # shorter than either marker: a match is never counted twice
+        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+            while data := await reader.read(65536):
+                now = time.perf_counter()
+                buf = self._tail + data
+                self._tail = buf[-keep:]
+                if not self.acked.done() and ACKED in buf:
+                    self.acked.set_result(None)
+                found = buf.count(UPDATED)
+                if found:
+                    previous, self.updates = self.updates, self.updates + found
+                    self.fanout.arrived(self.updates, previous, now)
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(Exception):
+                await self._writer.wait_closed()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+async def open_streams(port: int, fanout: Fanout, first_id: int, count: int) -> list[RawStream]:
+    gate = asyncio.Semaphore(OPEN_CONCURRENCY)
+    streams = [RawStream(fanout, first_id + i) for i in range(count)]
+
+    async def one(stream: RawStream) -> None:
+        async with gate:
+            await stream.open(port)
+
+    await asyncio.gather(*(one(s) for s in streams))
+    return streams
+
+
+async def settle(server: Server, expected: int) -> None:
+    """Setup only: wait until the workers hold ``expected`` connections (closing is asynchronous)."""
+    deadline = time.monotonic() + WAIT
+    while sum(server.streams_per_worker()) != expected:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"workers hold {server.streams_per_worker()}, expected {expected}")
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(1.0)  # let the workers finish what the opening started
+
+
+# -- measuring --------------------------------------------------------------------------------------
+
+
+async def measure(
+    server: Server, database: Database, sizes: list[int], updates: int
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    fanout = Fanout()
+    writer = await asyncpg.connect(database.dsn)
+    tenant = await writer.fetchval("SELECT id FROM tenants WHERE slug = 'demo'")
+    version = 0
+
+    async def update_all(streams: list[RawStream]) -> tuple[float, float, float, float]:
+        nonlocal version
+        version += 1
+        done = fanout.expect(streams[0].updates + 1, len(streams))
+        started = time.perf_counter()
+        await writer.execute(
+            "UPDATE resources SET name = $3 WHERE tenant_id = $1 AND uri = $2", tenant, URI, f"v{version}"
+        )
+        committed = time.perf_counter()
+        await asyncio.wait_for(done, WAIT)
+        arrivals = sorted(fanout.arrivals)
+        return (
+            arrivals[-1] - started,
+            arrivals[0] - started,
+            statistics.median(arrivals) - started,
+            committed - started,
+        )
+
+    # Warm-up: open, use and close some streams on every worker before the memory baseline.
+    warm = await open_streams(server.port, fanout, 1, 20)
+    for _ in range(3):
+        await update_all(warm)
+    for stream in warm:
+        await stream.close()
+    await settle(server, 0)
+    baseline = server.memory()
+
+    rows: list[dict[str, Any]] = []
+    streams: list[RawStream] = []
+    next_id = 1000
+    for size in sizes:
+        more = await open_streams(server.port, fanout, next_id, size - len(streams))
+        next_id += len(more)
+        streams += more
+        await settle(server, len(streams))
+        memory = server.memory()
+        per_worker = server.streams_per_worker()
+        # every stream starts this size's round level (the new ones have seen no update yet)
+        level = max(s.updates for s in streams)
+        for s in streams:
+            s.updates = level
+        samples: dict[str, list[float]] = {"last": [], "first": [], "median": [], "commit": []}
+        for i in range(WARMUP_UPDATES + updates):
+            last, first, median, commit = await update_all(streams)
+            if i >= WARMUP_UPDATES:
+                samples["last"].append(last)
+                samples["first"].append(first)
+                samples["median"].append(median)
+                samples["commit"].append(commit)
+        rows.append(
+            {
+                "streams": size,
+                "streams_per_worker": per_worker,
+                "update_to_last_stream": summary(samples["last"]),
+                "update_to_first_stream": summary(samples["first"]),
+                "update_to_median_stream": summary(samples["median"]),
+                "baseline_commit_ack": summary(samples["commit"]),
+                "memory": {
+                    "rss_bytes_per_idle_stream": (memory["rss"] - baseline["rss"]) / size,
+                    "uss_bytes_per_idle_stream": (memory["uss"] - baseline["uss"]) / size,
+                    "workers_rss_bytes": memory["rss"],
+                },
+            }
+        )
+        print_row(rows[-1], flush=True)
+    for stream in streams:
+        await stream.close()
+    await writer.close()
+    return rows, baseline
+
+
+def print_header() -> None:
+    print(
+        f"{'streams':>7} {'per worker':>11} {'last med':>8} {'last p99':>8} {'first med':>9}"
+        f" {'commit med':>10} {'RSS/stream':>10} {'USS/stream':>10}"
+    )
+
+
+def print_row(row: dict[str, Any], flush: bool = False) -> None:
+    last, first, commit = (
+        row["update_to_last_stream"],
+        row["update_to_first_stream"],
+        row["baseline_commit_ack"],
+    )
+    mem = row["memory"]
+    print(
+        f"{row['streams']:>7} {'/'.join(map(str, row['streams_per_worker'])):>11}"
+        f" {last['median_ms']:>8.1f} {last['p99_ms']:>8.1f} {first['median_ms']:>9.1f}"
+        f" {commit['median_ms']:>10.2f} {mem['rss_bytes_per_idle_stream'] / 1024:>8.1f}Ki"
+        f" {mem['uss_bytes_per_idle_stream'] / 1024:>8.1f}Ki",
+        flush=flush,
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--sizes", default="1,100,1000")
+    parser.add_argument("--updates", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--label", default="", help="recorded with the results (e.g. 'before fix')")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave the results file alone")
+    args = parser.parse_args()
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4 * max(sizes) + 256)), hard))
+
+    async with bench_database() as database:
+        with serve(database, args.workers) as server:
+            print_header()
+            rows, baseline = await measure(server, database, sizes, args.updates)
+
+    section = {
+        "latency_and_memory": rows,
+        "workers": args.workers,
+        "updates_per_size": args.updates,
+        "workers_baseline_rss_bytes": baseline["rss"],
+        "label": args.label,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "note": "catalog serve --workers N --demo as a subprocess; raw HTTP/1.1 listen streams over "
+        "loopback from one client process (anonymous, all watching one URI); one SQL UPDATE "
+        "(autocommit) at a time; milliseconds from sending the UPDATE until the last / first / "
+        "median stream read its notifications/resources/updated frame; memory from the workers' "
+        "RSS/USS before and after opening the streams, over the stream count. The client, the "
+        "workers and PostgreSQL share the machine's CPUs: absolute numbers are noisy.",
+    }
+    if args.no_write:
+        return
+    path = RESULTS / "fanout.json"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    results = json.loads(path.read_text()) if path.exists() else {}
+    results["streams"] = section
+    path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    print("(milliseconds from sending the UPDATE; memory per idle stream from the workers' RSS/USS)")
+    print(f"written to {path} ('streams')")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
