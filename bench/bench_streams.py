@@ -61,6 +61,7 @@ WAIT = 30.0
 class Server:
     process: subprocess.Popen[str]
     port: int
+    admin_token: str = ""
     lines: queue.Queue[str | None] = field(default_factory=queue.Queue)
 
     def pump(self) -> None:
@@ -115,10 +116,11 @@ def free_port() -> int:
 def serve(database: Database, workers: int) -> Iterator[Server]:
     home = Path(tempfile.mkdtemp(prefix="catalog-bench-home-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
+    admin_token = "cat_" + secrets.token_urlsafe(24)
     env.update(
         CATALOG_DATABASE_URL=database.url,
         CATALOG_HOME=str(home),
-        CATALOG_ADMIN_TOKEN="cat_" + secrets.token_urlsafe(24),
+        CATALOG_ADMIN_TOKEN=admin_token,
         CATALOG_SECRET_KEY=secrets.token_urlsafe(32),
     )
     port = free_port()
@@ -129,7 +131,7 @@ def serve(database: Database, workers: int) -> Iterator[Server]:
         stderr=subprocess.STDOUT,
         text=True,
     )
-    server = Server(process, port)
+    server = Server(process, port, admin_token)
     threading.Thread(target=server.pump, daemon=True).start()
     try:
         server.wait_for("Application startup complete", workers)
