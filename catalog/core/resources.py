@@ -24,7 +24,7 @@ from catalog.core.audit import record_audit
 from catalog.core.cursors import decode_cursor, encode_cursor
 from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound, PreconditionFailed
 from catalog.core.principal import Principal
-from catalog.core.schemas import DIRECTORY_MIME_TYPE, ResourceIn, ResourceOut, ResourcePatch
+from catalog.core.schemas import DIRECTORY_MIME_TYPE, ResourceIn, ResourceOut, ResourcePatch, column_values
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.core.uris import uri_prefix_upper_bound
@@ -224,20 +224,6 @@ def _b64decode(value: str) -> bytes:
     return base64.b64decode(value, validate=True)
 
 
-def _metadata_values(body: ResourceIn | ResourcePatch, fields: Sequence[str]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for name in fields:
-        value = getattr(body, name)
-        if name == "icons" and value is not None:
-            value = [icon.dump() for icon in value]
-        elif name == "annotations" and value is not None:
-            value = value.dump() or None
-        elif name == "tags":
-            value = sorted(set(value or []))
-        values[name] = value
-    return values
-
-
 def _version_row(record: ResourceRecord, principal: Principal) -> dict[str, Any]:
     return {
         "tenant_id": record.tenant_id,
@@ -297,7 +283,7 @@ async def _insert_values(
     content = await _resolve_content(catalog, conn, tenant.id, body) or _Content(None, None, None)
     return {
         "tenant_id": tenant.id,
-        **_metadata_values(body, METADATA_FIELDS),
+        **column_values(body, METADATA_FIELDS),
         "text": content.text,
         "blob_sha256": content.blob_sha256,
         "size": content.size,
@@ -340,7 +326,7 @@ async def _update(
     *,
     replace_content: bool,
 ) -> ResourceRecord:
-    values = _metadata_values(body, fields)
+    values = column_values(body, fields)
     content = await _resolve_content(catalog, conn, tenant.id, body, current)
     if content is None and replace_content:
         content = _Content(None, None, None)

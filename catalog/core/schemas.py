@@ -11,6 +11,7 @@ import base64
 import binascii
 import math
 import re
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
@@ -151,6 +152,21 @@ class Model(BaseModel):
 
     def dump(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def column_values(body: BaseModel, fields: Sequence[str]) -> dict[str, Any]:
+    """The named fields of a resource or template body as their database columns hold them."""
+    values: dict[str, Any] = {}
+    for name in fields:
+        value = getattr(body, name)
+        if name == "icons" and value is not None:
+            value = [icon.dump() for icon in value]
+        elif name == "annotations" and value is not None:
+            value = value.dump() or None
+        elif name == "tags":
+            value = sorted(set(value or []))
+        values[name] = value
+    return values
 
 
 class Icon(Model):

@@ -14,7 +14,7 @@ from catalog.core.audit import record_audit
 from catalog.core.cursors import decode_cursor, encode_cursor
 from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound
 from catalog.core.principal import Principal
-from catalog.core.schemas import TemplateIn, TemplateOut, TemplatePatch
+from catalog.core.schemas import TemplateIn, TemplateOut, TemplatePatch, column_values
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.core.uri_templates import InvalidTemplate, ParsedTemplate, parse_template, validate_body
@@ -117,20 +117,6 @@ def _check_body(text: str | None, parsed: ParsedTemplate) -> None:
         raise InvalidInput("invalid template body", errors=[FieldError("/text", exc.reason)]) from None
 
 
-def _values(body: TemplateIn | TemplatePatch, fields: tuple[str, ...] | list[str]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for name in fields:
-        value = getattr(body, name)
-        if name == "icons" and value is not None:
-            value = [icon.dump() for icon in value]
-        elif name == "annotations" and value is not None:
-            value = value.dump() or None
-        elif name == "tags":
-            value = sorted(set(value or []))
-        values[name] = value
-    return values
-
-
 def _conflict(uri_template: str) -> Conflict:
     return Conflict(
         f"a template {uri_template!r} exists already", errors=[FieldError("/uriTemplate", "already in use")]
@@ -151,7 +137,7 @@ async def create_template(
                         tenant_id=tenant.id,
                         uri_template=parsed.template,
                         literal_prefix=parsed.literal_prefix,
-                        **_values(body, METADATA_FIELDS),
+                        **column_values(body, METADATA_FIELDS),
                     )
                     .returning(*templates.c)
                 )
@@ -177,7 +163,7 @@ async def patch_template(
     catalog: Catalog, principal: Principal, tenant: Tenant, template_id: int, body: TemplatePatch
 ) -> TemplateRecord:
     fields = [name for name in METADATA_FIELDS if name in body.model_fields_set]
-    values = _values(body, fields)
+    values = column_values(body, fields)
     try:
         async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
             current = await _get(conn, tenant.id, template_id, lock=True)
