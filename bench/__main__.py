@@ -26,7 +26,7 @@ HERE = Path(__file__).parent
 PLANS = {
     "full": {
         "scale": ["--resources", "1000000", "--runs", "30"],
-        "read": ["--seconds", "10", "--rounds", "3", "--concurrency", "32"],
+        "read": ["--seconds", "5", "--rounds", "7", "--concurrency", "32"],
         "import": ["--resources", "100000", "--rounds", "2"],
         "start": ["--rounds", "3"],
         "fanout": [],

@@ -22,9 +22,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import tempfile
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -85,13 +87,18 @@ async def run(seconds: float, rounds: int, concurrency: int, profile: str | None
                 for name, (port, request) in requests.items():
                     pid = {"catalog": catalog, "bare": catalog, "sdk": sdk}[name].process.pid
                     spy = py_spy(pid, seconds, f"{profile}/{name}.txt") if profile else None
+                    cpu_before = process_cpu_seconds(pid)
                     result = await closed_loop(
                         host, port, request, concurrency=concurrency, seconds=seconds, check=TEXT.encode()
                     )
-                    samples[name].append(result.summary())
+                    cpu = process_cpu_seconds(pid) - cpu_before
+                    summary = result.summary()
+                    summary["server_cpu_ms_per_request"] = cpu * 1000 / max(1, summary["requests"])
+                    samples[name].append(summary)
                     if spy is not None:
                         spy.wait()
     rps = {name: [s["rps"] for s in runs] for name, runs in samples.items()}
+    cpu = {name: [s["server_cpu_ms_per_request"] for s in runs] for name, runs in samples.items()}
     return {
         "seconds_per_case": seconds,
         "rounds": rounds,
@@ -105,11 +112,17 @@ async def run(seconds: float, rounds: int, concurrency: int, profile: str | None
                 "latency_median_ms": statistics.median(s["median_ms"] for s in samples[name]),
                 "latency_p99_ms": statistics.median(s["p99_ms"] for s in samples[name]),
                 "errors": sum(s["errors"] for s in samples[name]),
+                "server_cpu_ms_per_request": statistics.median(cpu[name]),
             }
             for name, values in rps.items()
         },
         "catalog_vs_bare_ratio": statistics.median(
             c / b for c, b in zip(rps["catalog"], rps["bare"], strict=True)
+        ),
+        # The server process's own CPU time per request, bare / catalog: steadier than throughput on a
+        # shared 2-core machine (PostgreSQL and the load generator take their share of the CPU too).
+        "catalog_vs_bare_cpu_ratio": statistics.median(
+            b / c for c, b in zip(cpu["catalog"], cpu["bare"], strict=True)
         ),
         "catalog_vs_sdk_ratio": statistics.median(
             c / s for c, s in zip(rps["catalog"], rps["sdk"], strict=True)
@@ -133,6 +146,12 @@ async def _first_bodies(host: str, requests: dict[str, tuple[int, bytes]]) -> di
     return bodies
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def py_spy(pid: int, seconds: float, output: str) -> subprocess.Popen[bytes]:
     """Sample ``pid`` for ``seconds`` with py-spy (pip install py-spy): collapsed stacks to ``output``."""
     command = ["py-spy", "record", "-p", str(pid), "-d", str(max(1, int(seconds))), "-f", "raw", "-o", output]
@@ -143,9 +162,11 @@ def report(result: dict[str, Any]) -> None:
     for name, case in result["cases"].items():
         print(
             f"  {name:8s} {case['rps_median']:8.0f} req/s   median {case['latency_median_ms']:6.1f} ms"
-            f"   p99 {case['latency_p99_ms']:6.1f} ms   errors {case['errors']}"
+            f"   p99 {case['latency_p99_ms']:6.1f} ms   server CPU {case['server_cpu_ms_per_request']:.2f} ms/req"
+            f"   errors {case['errors']}"
         )
     print(f"  catalog / bare: {result['catalog_vs_bare_ratio']:.2f}x (goal >= 0.6x)")
+    print(f"  server CPU per request, bare / catalog: {result['catalog_vs_bare_cpu_ratio']:.2f}x")
     print(f"  catalog / sdk in-memory: {result['catalog_vs_sdk_ratio']:.2f}x")
     if not result["same_json_as_bare"]:
         print(f"  note: bodies differ: {result['bodies']}")

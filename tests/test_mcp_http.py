@@ -139,7 +139,13 @@ def test_get_without_a_session_is_400_for_the_2025_transport(srv: Served) -> Non
 
 
 def test_accept_rules_http_13(srv: Served) -> None:
-    assert raw(srv, "resources/list", headers={"Accept": "application/json"}).status_code == 406
+    """Modern requests are answered with plain JSON (HTTP-4), so a JSON-only Accept is enough; a
+    listen response is a stream and needs ``text/event-stream``; no Accept at all is 406 (HTTP-13)."""
+    json_only = raw(srv, "resources/list", headers={"Accept": "application/json"})
+    assert json_only.status_code == 200 and json_only.headers["content-type"] == "application/json"
+    assert json_only.json()["result"]["resultType"] == "complete"
+    listen = {"notifications": {"resourcesListChanged": True}}
+    assert raw(srv, "subscriptions/listen", listen, headers={"Accept": "application/json"}).status_code == 406
     assert raw(srv, "resources/list", headers={"Accept": "*/*"}).status_code == 200
     with httpx.Client() as client:
         del client.headers["accept"]

@@ -14,7 +14,7 @@ from catalog.core.principal import Principal
 from catalog.core.service import Catalog
 from catalog.core.tenants import find_tenant
 from catalog.core.tokens import principal_for_token
-from catalog.db.engine import TenantScope, transaction
+from catalog.db.engine import self_scoped_driver
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -45,8 +45,8 @@ async def authenticate(catalog: Catalog, authorization: str | None) -> Principal
                 f"the token's {verifier.tenant_claim!r} claim names no tenant of this catalogue"
             )
         return verifier.principal(claims, tenant.id, tenant.slug)
-    async with transaction(catalog.engine, TenantScope.platform()) as conn:
-        principal = await principal_for_token(conn, token)
+    async with self_scoped_driver(catalog.engine) as driver:
+        principal = await principal_for_token(driver, token)
     if principal is None:
         raise Unauthenticated("the token is invalid, expired or revoked")
     return principal

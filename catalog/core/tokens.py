@@ -11,7 +11,8 @@ import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import func, insert, select, update
+import asyncpg
+from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.audit import record_audit
@@ -21,7 +22,7 @@ from catalog.core.schemas import TokenCreated, TokenIn, TokenOut
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.db.engine import TenantScope, transaction
-from catalog.db.models import tenants, tokens
+from catalog.db.models import tokens
 
 TOKEN_PREFIX = "cat_"
 
@@ -87,33 +88,30 @@ async def insert_token(
     return token, _record(row)
 
 
-async def principal_for_token(conn: AsyncConnection, token: str) -> Principal | None:
+_TOKEN_PRINCIPAL = (
+    "SELECT token_id, tenant_id, tenant_slug, scopes, is_admin FROM catalog_token_principal($1)"
+)
+
+
+async def principal_for_token(driver: asyncpg.Connection, token: str) -> Principal | None:
     """The principal a live token stands for; None for an unknown, revoked or expired one.
 
-    Runs before the tenant is known, so the caller binds the transaction to all tenants.
+    Runs on every authenticated request, before the tenant is known: ``catalog_token_principal``
+    (migration 0002) widens the row-level-security scope for its own lookup only, so this is one
+    statement outside any transaction (see ``self_scoped_driver``), one round trip.
     """
     if not token.startswith(TOKEN_PREFIX) or len(token) > 128:
         return None
-    row = (
-        await conn.execute(
-            select(tokens.c.id, tokens.c.tenant_id, tokens.c.scopes, tokens.c.is_admin, tenants.c.slug)
-            .join(tenants, tenants.c.id == tokens.c.tenant_id)
-            .where(
-                tokens.c.token_hash == hash_token(token),
-                tokens.c.revoked_at.is_(None),
-                (tokens.c.expires_at.is_(None)) | (tokens.c.expires_at > func.now()),
-            )
-        )
-    ).one_or_none()
+    row = await driver.fetchrow(_TOKEN_PRINCIPAL, hash_token(token))
     if row is None:
         return None
     return Principal(
         kind="token",
-        tenant_id=row.tenant_id,
-        tenant_slug=row.slug,
-        scopes=frozenset(row.scopes),
-        is_admin=row.is_admin,
-        token_id=row.id,
+        tenant_id=row["tenant_id"],
+        tenant_slug=row["tenant_slug"],
+        scopes=frozenset(row["scopes"]),
+        is_admin=row["is_admin"],
+        token_id=row["token_id"],
     )
 
 

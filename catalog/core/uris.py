@@ -42,6 +42,7 @@ is what :func:`uri_prefix_upper_bound` relies on.  Canonical keys are ASCII anyw
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import string
@@ -207,6 +208,9 @@ def is_descendant(parent_uri: str, uri: str) -> bool:
 # The pipeline
 
 
+# Agents read and list the same URIs over and over; the check is pure and costs more than a lookup.
+# Bounded (URIs are at most 2048 bytes); refusals are exceptions, which are never cached.
+@functools.lru_cache(maxsize=2048)
 def _canonical(raw: str, *, partial: bool) -> str:
     if not isinstance(raw, str):
         raise InvalidUri("not a string", raw)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 
-from sqlalchemy import text
+import asyncpg
+from sqlalchemy import event, text
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -34,19 +37,23 @@ def create_engine(
     url: str | URL,
     *,
     statement_timeout_ms: int = 15_000,
-    pool_size: int = 10,
-    max_overflow: int = 20,
+    pool_size: int = 30,
+    max_overflow: int = 0,
     app_role: str | None = None,
 ) -> AsyncEngine:
-    """An asyncpg engine; ``app_role`` (see ``probe_app_role``) makes RLS apply to a superuser too."""
+    """An asyncpg engine; ``app_role`` (see ``probe_app_role``) makes RLS apply to a superuser too.
+
+    A fixed pool of up to ``pool_size`` connections, opened on demand and kept: overflow
+    connections are opened and closed per checkout, which under steady concurrency above the pool
+    size costs a PostgreSQL connection start-up per request; waiting for a pooled one is cheaper.
+    """
     server_settings = {"application_name": "catalog", "statement_timeout": str(statement_timeout_ms)}
     if app_role:
         server_settings["role"] = app_role
-    return create_async_engine(
+    engine = create_async_engine(
         make_url(url).set(drivername="postgresql+asyncpg"),
         pool_size=pool_size,
         max_overflow=max_overflow,
-        pool_pre_ping=True,
         pool_recycle=1800,
         pool_timeout=POOL_TIMEOUT_S,
         connect_args={
@@ -55,6 +62,20 @@ def create_engine(
             "timeout": CONNECT_TIMEOUT_S,
         },
     )
+    event.listen(engine.sync_engine, "checkout", _refuse_closed_connection)
+    return engine
+
+
+def _refuse_closed_connection(dbapi_connection: object, _record: object, _proxy: object) -> None:
+    """Hand out only connections whose socket is still open; the pool replaces the others.
+
+    Stands in for ``pool_pre_ping``, which costs three round trips (BEGIN, a query, ROLLBACK) on
+    every checkout. A restarted or terminated server closes its sockets, and asyncpg notices that
+    without a round trip; a connection that dies silently fails its first statement instead, which
+    invalidates the pool (SQLAlchemy's disconnect handling) and answers that one request with 503.
+    """
+    if dbapi_connection.driver_connection.is_closed():  # type: ignore[attr-defined]
+        raise sa_exc.DisconnectionError("the connection was closed by the server")
 
 
 # A request waits this long at most for a connection (a dead server refuses at once; a silent
@@ -71,9 +92,6 @@ _UNAVAILABLE_SQLSTATE_CLASSES = ("08", "53", "57")
 def database_unavailable(exc: BaseException) -> bool:
     """Whether ``exc`` is the database being unreachable, shutting down or too slow (a 503 / retry),
     as opposed to a bug or bad input. The one classification both surfaces use."""
-    import asyncpg
-    from sqlalchemy import exc as sa_exc
-
     seen: set[int] = set()
     todo: list[BaseException | None] = [exc]
     while todo:
@@ -128,20 +146,86 @@ async def probe_app_role(url: str | URL) -> str | None:
     return APP_ROLE if is_superuser and role_exists else None
 
 
+@dataclass
+class _RequestConnection:
+    engine: AsyncEngine
+    conn: AsyncConnection | None = None  # checked out at first use, so a failure happens there
+    busy: bool = False
+
+
+# The connection a short request holds for all its statements (see ``request_connection``).
+_request_connection: ContextVar[_RequestConnection | None] = ContextVar(
+    "catalog_request_connection", default=None
+)
+
+
+@contextlib.asynccontextmanager
+async def request_connection(engine: AsyncEngine) -> AsyncIterator[None]:
+    """One pooled connection for the whole of a short request, like a session per request.
+
+    The transactions (``transaction``) and self-scoped statements (``self_scoped_driver``) the
+    request runs on ``engine`` use it in turn instead of checking out a connection each; one that
+    finds it busy (a concurrent task of the same request) checks out its own. Only for requests
+    that end promptly: a stream must not hold a pooled connection for its lifetime.
+    """
+    held = _RequestConnection(engine)
+    token = _request_connection.set(held)
+    try:
+        yield
+    finally:
+        _request_connection.reset(token)
+        if held.conn is not None:
+            await held.conn.close()
+
+
+@contextlib.asynccontextmanager
+async def _pooled_connection(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """The request's connection when it is idle (marked busy while in use), else one of its own."""
+    held = _request_connection.get()
+    if held is None or held.busy or held.engine is not engine:
+        async with engine.connect() as conn:
+            yield conn
+        return
+    held.busy = True  # before any await: no other task of the request can take it now
+    try:
+        if held.conn is None or held.conn.closed:
+            held.conn = await engine.connect()
+        yield held.conn
+    finally:
+        held.busy = False
+
+
 @contextlib.asynccontextmanager
 async def transaction(engine: AsyncEngine, scope: TenantScope) -> AsyncIterator[AsyncConnection]:
     """A transaction whose row-level-security context is ``scope``; committed on clean exit."""
-    async with engine.begin() as conn:
+    async with _pooled_connection(engine) as conn, conn.begin():
         await bind_scope(conn, scope)
         yield conn
 
 
+@contextlib.asynccontextmanager
+async def self_scoped_driver(engine: AsyncEngine) -> AsyncIterator[asyncpg.Connection]:
+    """A pooled connection's asyncpg driver, outside any transaction, for one statement that binds
+    its own scope (a ``catalog_*`` function), on the per-request hot path.
+
+    No transaction, so no BEGIN and COMMIT round trips, and none of SQLAlchemy's per-statement
+    work; and no scope, so any other statement run on it sees no tenant's rows at all. A driver
+    error is not seen by SQLAlchemy's disconnect handling: a connection it closed is dropped at the
+    next checkout (``_refuse_closed_connection``).
+    """
+    async with _pooled_connection(engine) as conn:
+        yield (await conn.get_raw_connection()).driver_connection
+
+
+_BIND_SCOPE = text(
+    "SELECT set_config('catalog.tenant_id', :tenant_id, true),"
+    " set_config('catalog.all_tenants', :all_tenants, true)"
+)
+
+
 async def bind_scope(conn: AsyncConnection, scope: TenantScope) -> None:
     await conn.execute(
-        text(
-            "SELECT set_config('catalog.tenant_id', :tenant_id, true),"
-            " set_config('catalog.all_tenants', :all_tenants, true)"
-        ),
+        _BIND_SCOPE,
         {
             "tenant_id": "" if scope.tenant_id is None else str(scope.tenant_id),
             "all_tenants": "on" if scope.all_tenants else "off",

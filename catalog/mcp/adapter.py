@@ -6,8 +6,9 @@ plain ``mount()`` redirects ``/mcp`` and never starts the manager). The manager 
 ``MCP-Protocol-Version`` header: 2026-07-28 requests are served statelessly (headers ``Mcp-Method``/
 ``Mcp-Name`` validated against the body, ``-32020``/``-32022``/``-32601`` with their HTTP statuses);
 no header or a handshake version goes to a 2025-11-25 session (``initialize``, ``Mcp-Session-Id``,
-GET stream, DELETE). ``json_response=False``: modern non-streaming answers are still plain JSON, and
-2025 sessions can carry the server-initiated ``elicitation/create`` a consent read needs.
+GET stream, DELETE). Responses are chosen per era (:class:`PerEraSessionManager`): plain JSON for
+modern requests (``subscriptions/listen`` is always a stream), SSE in 2025 sessions, whose POSTs
+can carry the server-initiated ``elicitation/create`` a consent read needs.
 
 Handlers (``catalog.mcp.handlers``) are thin translations over ``catalog.core``; this module adds:
 
@@ -56,7 +57,9 @@ Handlers (``catalog.mcp.handlers``) are thin translations over ``catalog.core``;
 
 Private SDK attributes used (pinned ``mcp==2.3.0``, covered by tests): ``ServerSession._connection``
 (the per-2025-session object behind the per-request session) and
-``StreamableHTTPSessionManager._server_instances`` (to close 2025 GET streams at shutdown).
+``StreamableHTTPSessionManager._server_instances`` (to close 2025 GET streams at shutdown),
+``StreamableHTTPSessionManager._handle_request``/``_lifespan_state`` and
+``mcp.server._streamable_http_modern.handle_modern_request`` (the per-era response mode).
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import mcp_types as types
+from mcp.server._streamable_http_modern import handle_modern_request
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.caching import CacheHint
@@ -85,9 +89,10 @@ from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_PROTOCOL_VERSION_HEADER
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from mcp_types import INVALID_PARAMS
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -99,7 +104,7 @@ from catalog.core.principal import Principal
 from catalog.core.reading import is_public
 from catalog.core.service import Catalog
 from catalog.core.watching import Delivery, Watch, honoured_uris, open_watch
-from catalog.db.engine import database_unavailable
+from catalog.db.engine import database_unavailable, request_connection
 from catalog.settings import Settings
 
 logger = logging.getLogger("catalog.mcp")
@@ -462,6 +467,16 @@ class McpAuthASGI:
         if scope["type"] != "http":
             await self.endpoint.session_app(scope, receive, send)
             return
+        running = self.endpoint._catalog  # None until the lifespan starts (session_app says 503)
+        if running is not None and is_short_modern_request(scope):
+            # Answered inline (PerEraSessionManager), so the token lookup and the handler's
+            # transactions share one pooled connection instead of checking out one each.
+            async with request_connection(running.engine):
+                await self._authenticated(scope, receive, send)
+            return
+        await self._authenticated(scope, receive, send)
+
+    async def _authenticated(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Host/Origin first: a rebinding attempt is 421/403 whether or not it carries a token.
         rejected = await self.security.validate_request(Request(scope), is_post=False)
         if rejected is not None:
@@ -549,6 +564,39 @@ def protected_resource_metadata(settings: Settings, scope: Scope) -> dict[str, A
 
 # --------------------------------------------------------------------------------------------------
 # The endpoint
+
+
+def is_modern_request(scope: Scope) -> bool:
+    """The SDK's own era rule (``StreamableHTTPSessionManager._handle_request``): a version header
+    that is not a handshake version is a modern request (an unknown one is refused with -32022)."""
+    version = Headers(scope=scope).get(MCP_PROTOCOL_VERSION_HEADER)
+    return version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
+
+
+def is_short_modern_request(scope: Scope) -> bool:
+    """A modern POST answered with one JSON response: anything but ``subscriptions/listen`` (the
+    ``Mcp-Method`` header must name the body's method, HTTP-8, or the SDK refuses the request)."""
+    if scope.get("method") != "POST" or not is_modern_request(scope):
+        return False
+    return Headers(scope=scope).get(MCP_METHOD_HEADER) != "subscriptions/listen"
+
+
+class PerEraSessionManager(StreamableHTTPSessionManager):
+    """The SDK's session manager with the response mode chosen per era.
+
+    The SDK takes one ``json_response`` for both. In SSE mode every modern request runs its handler
+    in a task group of its own with a memory stream and a disconnect watcher, in case it emits
+    notifications; catalog's modern handlers never do, so plain JSON serves them directly (the read
+    path's largest single SDK cost). 2025 sessions keep SSE for server-initiated requests.
+    """
+
+    async def _handle_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if is_modern_request(scope) and self._task_group:
+            await handle_modern_request(
+                self.app, self.security_settings, True, self._lifespan_state, scope, receive, send
+            )
+            return
+        await super()._handle_request(scope, receive, send)
 
 
 class McpEndpoint:
@@ -662,9 +710,9 @@ class McpEndpoint:
         self._closed = False
         self.listen.closed = False
         self.legacy.sessions.clear()
-        manager = StreamableHTTPSessionManager(
+        manager = PerEraSessionManager(
             app=self.server,
-            json_response=False,
+            json_response=False,  # 2025 sessions; modern requests are answered with plain JSON
             stateless=False,
             security_settings=self.security,
             session_idle_timeout=30 * 60,
