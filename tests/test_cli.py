@@ -356,6 +356,32 @@ def test_batched_import_keeps_versions_audit_and_feed_of_single_writes(
     ]
 
 
+def test_batches_written_two_at_a_time_keep_each_uris_order_and_report_in_input_order(
+    cli: Run, sql: Callable[..., list[asyncpg.Record]], tmp_path: Path
+) -> None:
+    """Batches are written two at a time (``IMPORT_WRITERS``); still every URI's bodies apply in input
+    order (three versions each, the last text wins) and problems are reported in input order."""
+    lines: list[object] = []
+    for round_ in range(1, 4):
+        lines += [{"uri": f"test://u{i}", "name": "u", "text": f"{round_}"} for i in range(6)]
+        lines.append(f'{{"bad": {round_}')
+    path = write_jsonl(tmp_path / "in.jsonl", lines)
+    cli("tenant", "create", "acme")
+    result = cli("import", "--tenant", "acme", str(path), "--batch-size", "2")
+    assert result.out == "6 created, 12 updated, 0 unchanged, 3 failed\n"
+    assert [line.split(": ")[0] for line in result.err.splitlines()] == [
+        f"{path}:7",
+        f"{path}:14",
+        f"{path}:21",
+    ]
+    history = sql("SELECT uri, version, text FROM resource_versions ORDER BY uri, version")
+    assert [tuple(row) for row in history] == [
+        (f"test://u{i}", version, str(version)) for i in range(6) for version in (1, 2, 3)
+    ]
+    final = sql("SELECT DISTINCT text FROM resources")
+    assert [row["text"] for row in final] == ["3"]
+
+
 # -- export ---------------------------------------------------------------------------------------
 
 RICH = [

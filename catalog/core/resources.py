@@ -29,6 +29,7 @@ from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.core.uris import uri_prefix_upper_bound
 from catalog.core.visibility import Visibility, load_visibility
+from catalog.db.bulk import insert_rows
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import audit_log, resource_versions, resources
 
@@ -311,8 +312,8 @@ async def _created(
         }
         for r in records
     ]
-    await conn.execute(insert(resource_versions), versions)
-    await conn.execute(insert(audit_log), audits)
+    await insert_rows(conn, resource_versions, versions)
+    await insert_rows(conn, audit_log, audits)
 
 
 async def _update(
@@ -475,14 +476,11 @@ async def upsert_many(
         inserted: list[ResourceRecord] = []
         pending = list(fresh.values())
         if pending:
-            # executemany: compiled once, sent as multi-row INSERTs by SQLAlchemy ("insertmanyvalues").
-            statement = (
-                pg_insert(resources)
-                .on_conflict_do_nothing(index_elements=["tenant_id", "uri"])
-                .returning(*resources.c)
-            )
             values = [await _insert_values(catalog, conn, tenant, body) for body in pending]
-            inserted.extend(record_from_row(row) for row in await conn.execute(statement, values))
+            rows = await insert_rows(
+                conn, resources, values, skip_conflicts_on=("tenant_id", "uri"), returning=True
+            )
+            inserted.extend(record_from_row(row) for row in rows)
         await _created(conn, principal, tenant, inserted)
         created += len(inserted)
         current.update((record.uri, record) for record in inserted)

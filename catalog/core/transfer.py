@@ -18,7 +18,9 @@ ancestors); anything else that is not a regular file or a directory is skipped.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import collections
 import json
 import mimetypes
 import os
@@ -46,6 +48,7 @@ from catalog.db.engine import TenantScope, create_engine, transaction
 from catalog.db.models import blobs, resources
 
 BATCH_SIZE = 500
+IMPORT_WRITERS = 2  # batches written at once (each on a connection of its own)
 FIRST_ANALYZE = 1000  # rows created before the first ANALYZE; then each time the count doubles
 BATCH_BYTES = 64 * 1024 * 1024  # a batch is also cut when its content reaches this size
 EXPORT_GROUP_BYTES = 32 * 1024 * 1024  # content bytes fetched per query while exporting
@@ -315,6 +318,21 @@ def _batches(
         yield batch
 
 
+async def _read_ahead(batches: Iterator[list[Item | Problem]]) -> AsyncIterator[list[Item | Problem]]:
+    """The batches, each read (files, JSON, validation) in a thread while the one before it is
+    written: the database and the parsing work at the same time instead of taking turns."""
+    upcoming = asyncio.ensure_future(asyncio.to_thread(next, batches, None))
+    try:
+        while (batch := await upcoming) is not None:
+            upcoming = asyncio.ensure_future(asyncio.to_thread(next, batches, None))
+            yield batch
+    finally:
+        if not upcoming.done():
+            await asyncio.wait([upcoming])  # the generator must not be left running in its thread
+        elif not upcoming.cancelled():
+            upcoming.exception()  # retrieved: a failure after the last batch we used is not ours
+
+
 # Errors that belong to one body (bad content, a blob too large, data PostgreSQL refuses): the
 # batch is retried one body at a time so the others still go in. Anything else (the database is
 # gone) ends the import.
@@ -357,42 +375,102 @@ async def import_items(
     batch_size: int = BATCH_SIZE,
     batch_bytes: int = BATCH_BYTES,
     analyze: bool = True,
+    writers: int = IMPORT_WRITERS,
     on_problem: Callable[[Problem], None] = lambda problem: None,
     on_progress: Callable[[int], None] = lambda weight: None,
 ) -> ImportReport:
-    """Upsert ``items`` in batches of ``batch_size`` (one transaction each); report what happened."""
+    """Upsert ``items`` in batches of ``batch_size`` (one transaction each); report what happened.
+
+    Up to ``writers`` batches are written at once, on connections of their own, so that the
+    database writes one batch while this process prepares the next. Batches that share a URI are
+    never in flight together (the later one waits), so every URI's bodies still apply in input
+    order; results, problems and progress are reported in input order too.
+    """
     report = ImportReport()
     analyze_at = FIRST_ANALYZE
+    in_flight: collections.deque[tuple[asyncio.Task[_Written], set[str], list[Item | Problem]]] = (
+        collections.deque()
+    )
 
     def problem(found: Problem) -> None:
         (report.skipped if found.skipped else report.failed).append(found)
         on_problem(found)
 
-    for batch in _batches(items, batch_size, batch_bytes):
-        good = [item for item in batch if isinstance(item, Item)]
+    async def settle_oldest() -> None:
+        nonlocal analyze_at
+        task, _, batch = in_flight.popleft()
+        written = await task
         for found in batch:
             if isinstance(found, Problem):
                 problem(found)
-        if good:
-            try:
-                counts = await upsert_many(catalog, principal, tenant, [item.body for item in good])
-            except _ITEM_ERRORS:
-                counts = (0, 0, 0)
-                for item in good:  # find the bad ones; the rest still go in
-                    try:
-                        one = await upsert_many(catalog, principal, tenant, [item.body])
-                    except _ITEM_ERRORS as exc:
-                        problem(Problem(item.location, _error_reason(exc), item.weight))
-                        continue
-                    counts = (counts[0] + one[0], counts[1] + one[1], counts[2] + one[2])
-            report.created += counts[0]
-            report.updated += counts[1]
-            report.unchanged += counts[2]
+        for found in written.problems:
+            problem(found)
+        report.created += written.created
+        report.updated += written.updated
+        report.unchanged += written.unchanged
         if analyze and report.created >= analyze_at:
             await analyze_tables(catalog)
             analyze_at = report.created * 2
         on_progress(sum(item.weight for item in batch))
+
+    try:
+        async for batch in _read_ahead(_batches(items, batch_size, batch_bytes)):
+            good = [item for item in batch if isinstance(item, Item)]
+            uris = {item.body.uri for item in good}
+            while in_flight and (
+                len(in_flight) >= writers or any(not uris.isdisjoint(other) for _, other, _ in in_flight)
+            ):
+                await settle_oldest()
+            task = asyncio.create_task(_write_batch(catalog, principal, tenant, good))
+            in_flight.append((task, uris, batch))
+        while in_flight:
+            await settle_oldest()
+    finally:
+        for task, _, _ in in_flight:
+            task.cancel()
+        await asyncio.gather(*(task for task, _, _ in in_flight), return_exceptions=True)
     return report
+
+
+@dataclass
+class _Written:
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+
+# PostgreSQL's deadlock_detected: two batches storing the same blobs in different orders. The loser
+# rolled back, so writing its batch again is safe (an upsert by URI).
+_DEADLOCK = "40P01"
+_DEADLOCK_RETRIES = 3
+
+
+async def _write_batch(catalog: Catalog, principal: Principal, tenant: Tenant, good: list[Item]) -> _Written:
+    written = _Written()
+    if not good:
+        return written
+    for attempt in range(_DEADLOCK_RETRIES + 1):
+        try:
+            written.created, written.updated, written.unchanged = await upsert_many(
+                catalog, principal, tenant, [item.body for item in good]
+            )
+            return written
+        except _ITEM_ERRORS:
+            break
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) != _DEADLOCK or attempt == _DEADLOCK_RETRIES:
+                raise
+    for item in good:  # find the bad ones; the rest still go in
+        try:
+            created, updated, unchanged = await upsert_many(catalog, principal, tenant, [item.body])
+        except _ITEM_ERRORS as exc:
+            written.problems.append(Problem(item.location, _error_reason(exc), item.weight))
+            continue
+        written.created += created
+        written.updated += updated
+        written.unchanged += unchanged
+    return written
 
 
 # -- export ---------------------------------------------------------------------------------------
