@@ -214,6 +214,8 @@ class DirectoryProbe:
             self._answers[key] = answer
             while len(self._answers) > self._remember:
                 self._answers.popitem(last=False)
+        if answer.done() and not answer.cancelled() and answer.exception() is None:
+            return answer.result()  # the common case once the first watcher asked: no await at all
         try:
             return await asyncio.shield(answer)
         except Exception:

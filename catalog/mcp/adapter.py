@@ -67,16 +67,20 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import json
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import mcp_types as types
+from anyio.streams.memory import MemoryObjectSendStream
+from mcp.server._streamable_http_modern import _sse_event as sse_event
 from mcp.server._streamable_http_modern import handle_modern_request
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
@@ -254,6 +258,60 @@ class CatalogServer(Server[Any]):
 # subscriptions/listen (2026-07-28)
 
 
+def listen_sink(ctx: ServerRequestContext[Any, Any]) -> MemoryObjectSendStream[bytes] | None:
+    """The byte stream a modern listen's SSE frames go into (the SDK's per-request dispatch context
+    writes ``_sse_event`` frames there); None anywhere else, where the SDK's own path is used."""
+    outbound = getattr(ctx.session, "_request_outbound", None)
+    sink = getattr(outbound, "sink", None)
+    return sink if is_modern(ctx) and isinstance(sink, MemoryObjectSendStream) else None
+
+
+def delivery_notifications(delivery: Delivery, meta: dict[str, Any]) -> list[Any]:
+    """The notifications one stream is sent for a delivery, ``meta`` (its subscriptionId) on each."""
+    notifications: list[Any] = []
+    if delivery.list_changed:
+        notifications.append(
+            types.ResourceListChangedNotification(params=types.NotificationParams(_meta=meta))
+        )
+    notifications.extend(
+        types.ResourceUpdatedNotification(params=types.ResourceUpdatedNotificationParams(uri=uri, _meta=meta))
+        for uri in delivery.updated
+    )
+    return notifications
+
+
+class SharedFrames:
+    """SSE frames of listen deliveries, serialised once for every stream that is sent the same.
+
+    One update fans out to hundreds of streams per worker, and the SDK's per-stream path (two model
+    dumps and a ``json.dumps`` per notification per stream) was most of a worker's time per update.
+    Streams differ only by ``_meta.subscriptionId`` (their request id, often the same value), so
+    frames are keyed by the delivery and that id; the last few are kept. The bytes are the SDK's
+    own framing (``_sse_event``), as its dispatch context writes them.
+    """
+
+    def __init__(self, remember: int = 256) -> None:
+        self._remember = remember
+        self._frames: OrderedDict[tuple[Delivery, str], tuple[bytes, ...]] = OrderedDict()
+
+    def frames(self, delivery: Delivery, meta: dict[str, Any]) -> tuple[bytes, ...]:
+        key = (delivery, json.dumps(meta[SUBSCRIPTION_ID_META_KEY]))
+        frames = self._frames.get(key)
+        if frames is None:
+            frames = self._frames[key] = tuple(
+                sse_event(
+                    types.JSONRPCNotification(jsonrpc="2.0", method=data["method"], params=data.get("params"))
+                )
+                for data in (
+                    notification.model_dump(by_alias=True, mode="json", exclude_none=True)
+                    for notification in delivery_notifications(delivery, meta)
+                )
+            )
+            while len(self._frames) > self._remember:
+                self._frames.popitem(last=False)
+        return frames
+
+
 class ListenStreams:
     """``subscriptions/listen``, modelled on the SDK's ``ListenHandler`` but with a narrowed ack
     (SUB-3), per-principal visibility, directory matching, and events from the catalog's hub."""
@@ -262,6 +320,7 @@ class ListenStreams:
         self._endpoint = endpoint
         self._max = max_streams
         self._scopes: set[anyio.CancelScope] = set()
+        self._frames = SharedFrames()
         self.closed = False
 
     def __len__(self) -> int:
@@ -289,6 +348,17 @@ class ListenStreams:
         async def send(notification: Any) -> None:
             await ctx.session.send_notification(notification, related_request_id=sid)
 
+        sink = listen_sink(ctx)
+
+        async def deliver(delivery: Delivery) -> None:
+            if sink is None:
+                for notification in delivery_notifications(delivery, meta):
+                    await send(notification)
+                return
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                for frame in self._frames.frames(delivery, meta):
+                    await sink.send(frame)
+
         scope = anyio.CancelScope()
         self._scopes.add(scope)
         try:
@@ -315,24 +385,10 @@ class ListenStreams:
                     if subscription is None:
                         await anyio.sleep_forever()
                     async for batch in subscription:
-                        delivery = await watch.decide(batch)
-                        await self._deliver(send, delivery, meta)
+                        await deliver(await watch.decide(batch))
         finally:
             self._scopes.discard(scope)
         return types.SubscriptionsListenResult(_meta=meta)  # graceful end (SUB-10)
-
-    @staticmethod
-    async def _deliver(
-        send: Callable[[Any], Awaitable[None]], delivery: Delivery, meta: dict[str, Any]
-    ) -> None:
-        if delivery.list_changed:
-            await send(types.ResourceListChangedNotification(params=types.NotificationParams(_meta=meta)))
-        for uri in delivery.updated:
-            await send(
-                types.ResourceUpdatedNotification(
-                    params=types.ResourceUpdatedNotificationParams(uri=uri, _meta=meta)
-                )
-            )
 
     def close(self) -> None:
         """End every stream gracefully: each handler leaves its loop and returns its result."""
