@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import signal
@@ -20,6 +19,7 @@ from catalog.db.engine import create_engine, database_unavailable, probe_app_rol
 from catalog.db.migrate import head_revision
 from catalog.events import events_lifespan
 from catalog.limits import RequestLimits
+from catalog.runtime import settle_garbage_collector
 from catalog.settings import ConfigError, Settings, get_settings
 
 logger = logging.getLogger("catalog")
@@ -46,22 +46,6 @@ def follow_supervisor() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
     if os.getppid() != int(supervisor):  # it died before we could ask to be told
         os.kill(os.getpid(), signal.SIGTERM)
-
-
-def settle_garbage_collector() -> None:
-    """Keep the start-up heap out of the cyclic collector's way, and collect young objects less often.
-
-    Everything alive once the app has started (modules, the SDK's models, the engine) lives as long
-    as the process; ``gc.freeze`` stops every full collection from walking it again. A fan-out to
-    hundreds of listen streams allocates tens of thousands of short-lived objects per update; at
-    the default threshold (700) that is dozens of collections inside one delivery.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-
-
-GC_YOUNG_THRESHOLD = 10_000
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

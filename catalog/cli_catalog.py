@@ -251,7 +251,9 @@ async def _import(catalog: Catalog, args: argparse.Namespace) -> int:
     from catalog.core.principal import Principal
     from catalog.core.tenants import get_tenant
     from catalog.core.transfer import BATCH_SIZE, import_items
+    from catalog.runtime import settle_garbage_collector
 
+    settle_garbage_collector()  # an import allocates and drops millions of objects
     tenant = await get_tenant(catalog, args.tenant)
     source: _Source = args.source
     with tqdm(

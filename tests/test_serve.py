@@ -255,7 +255,8 @@ def test_a_started_app_freezes_its_start_up_heap_and_collects_young_objects_less
     p99 434 -> 135 ms at 1000 streams); the app settles the collector once it has started."""
     import gc
 
-    from catalog.app import GC_YOUNG_THRESHOLD, create_app
+    from catalog.app import create_app
+    from catalog.runtime import GC_YOUNG_THRESHOLD
 
     from .conftest import run_live_server
 

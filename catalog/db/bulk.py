@@ -28,7 +28,8 @@ def _column_input(table: Table, name: str, values: list[Any]) -> tuple[list[Any]
     column_type = table.c[name].type
     element = f't."{name}"'
     if isinstance(column_type, JSON | JSONB):
-        return [json.dumps(value) for value in values], ARRAY(Text), f"{element}::jsonb"
+        encoded = ["null" if value is None else json.dumps(value) for value in values]
+        return encoded, ARRAY(Text), f"{element}::jsonb"
     if isinstance(column_type, ARRAY):
         unpacked = f"ARRAY(SELECT jsonb_array_elements_text({element}::jsonb))"
         return [json.dumps(list(value or ())) for value in values], ARRAY(Text), unpacked
