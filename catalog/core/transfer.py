@@ -388,7 +388,7 @@ async def import_items(
     """
     report = ImportReport()
     analyze_at = FIRST_ANALYZE
-    in_flight: collections.deque[tuple[asyncio.Task[_Written], set[str], list[Item | Problem]]] = (
+    in_flight: collections.deque[tuple[asyncio.Task[ImportReport], set[str], list[Item | Problem]]] = (
         collections.deque()
     )
 
@@ -403,7 +403,7 @@ async def import_items(
         for found in batch:
             if isinstance(found, Problem):
                 problem(found)
-        for found in written.problems:
+        for found in written.failed:
             problem(found)
         report.created += written.created
         report.updated += written.updated
@@ -432,22 +432,16 @@ async def import_items(
     return report
 
 
-@dataclass
-class _Written:
-    created: int = 0
-    updated: int = 0
-    unchanged: int = 0
-    problems: list[Problem] = field(default_factory=list)
-
-
 # PostgreSQL's deadlock_detected: two batches storing the same blobs in different orders. The loser
 # rolled back, so writing its batch again is safe (an upsert by URI).
 _DEADLOCK = "40P01"
 _DEADLOCK_RETRIES = 3
 
 
-async def _write_batch(catalog: Catalog, principal: Principal, tenant: Tenant, good: list[Item]) -> _Written:
-    written = _Written()
+async def _write_batch(
+    catalog: Catalog, principal: Principal, tenant: Tenant, good: list[Item]
+) -> ImportReport:
+    written = ImportReport()  # of one batch: failed holds its bad bodies
     if not good:
         return written
     for attempt in range(_DEADLOCK_RETRIES + 1):
@@ -465,7 +459,7 @@ async def _write_batch(catalog: Catalog, principal: Principal, tenant: Tenant, g
         try:
             created, updated, unchanged = await upsert_many(catalog, principal, tenant, [item.body])
         except _ITEM_ERRORS as exc:
-            written.problems.append(Problem(item.location, _error_reason(exc), item.weight))
+            written.failed.append(Problem(item.location, _error_reason(exc), item.weight))
             continue
         written.created += created
         written.updated += updated
