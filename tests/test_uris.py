@@ -137,9 +137,13 @@ def test_normalize_uri_refuses_malformed_uris_with_a_reason(raw: str, reason: st
     assert isinstance(info.value, ValueError)
 
 
-def test_invalid_uri_refuses_non_strings() -> None:
+@pytest.mark.parametrize("raw", [b"test://x", ["test://x"], {"uri": "test://x"}, None, 7])
+def test_invalid_uri_refuses_non_strings(raw: object) -> None:
+    """Unhashable values too: the canonical form is cached, and the cache must not see them."""
     with pytest.raises(InvalidUri, match="not a string"):
-        normalize_uri(b"test://x")  # type: ignore[arg-type]
+        normalize_uri(raw)  # type: ignore[arg-type]
+    with pytest.raises(InvalidUri, match="not a string"):
+        validate_uri_prefix(raw)  # type: ignore[arg-type]
 
 
 def test_invalid_uri_message_shortens_huge_input() -> None:

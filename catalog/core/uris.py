@@ -208,12 +208,16 @@ def is_descendant(parent_uri: str, uri: str) -> bool:
 # The pipeline
 
 
+def _canonical(raw: str, *, partial: bool) -> str:
+    if not isinstance(raw, str):  # before the cache, which needs a hashable key
+        raise InvalidUri("not a string", raw)
+    return _canonical_text(raw, partial)
+
+
 # Agents read and list the same URIs over and over; the check is pure and costs more than a lookup.
 # Bounded (URIs are at most 2048 bytes); refusals are exceptions, which are never cached.
 @functools.lru_cache(maxsize=2048)
-def _canonical(raw: str, *, partial: bool) -> str:
-    if not isinstance(raw, str):
-        raise InvalidUri("not a string", raw)
+def _canonical_text(raw: str, partial: bool) -> str:
     if raw == "":
         raise InvalidUri("empty", raw)
     try:
