@@ -119,9 +119,10 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
     )
 
 
-def free_port() -> int:
-    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-        sock.bind(("127.0.0.1", 0))
+def free_port(host: str = "127.0.0.1") -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with contextlib.closing(socket.socket(family, socket.SOCK_STREAM)) as sock:
+        sock.bind((host, 0))
         return sock.getsockname()[1]
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import queue
 import shutil
 import signal
 import tempfile
@@ -34,7 +33,6 @@ import asyncpg
 import httpx
 import httpx2
 import mcp_types as types
-import psutil
 import pytest
 import pytest_asyncio
 from mcp import Client
@@ -45,7 +43,7 @@ from catalog.db import migrate
 from catalog.db.embedded import EmbeddedPostgres
 from catalog.events.listener import listener_dsn
 from tests.mcp_helpers import MODERN, module_database
-from tests.test_serve import Served, catalog_env, serving
+from tests.processes import Served, catalog_env, my_ports, serving, started, worker_of, worker_processes
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -58,56 +56,6 @@ MAX_STREAMS = 32
 
 
 # -- processes and connections --------------------------------------------------------------------
-
-
-def started(served: Served, workers: int) -> Served:
-    for _ in range(workers):
-        served.wait_for("Application startup complete")
-    return served
-
-
-def printed(served: Served) -> str:
-    """Everything the server printed so far (for failure messages)."""
-    with contextlib.suppress(queue.Empty):
-        while (line := served.lines.get_nowait()) is not None:
-            served.output.append(line)
-    return "".join(served.output)
-
-
-def worker_processes(served: Served) -> list[psutil.Process]:
-    """The serve process's children that hold the listening socket (not the resource tracker)."""
-    out = []
-    for child in psutil.Process(served.process.pid).children():
-        with contextlib.suppress(psutil.Error):
-            if any(
-                c.status == psutil.CONN_LISTEN and c.laddr.port == served.port
-                for c in child.net_connections("tcp")
-            ):
-                out.append(child)
-    return out
-
-
-def my_ports(served: Served) -> set[int]:
-    """Local ports of this test process's open connections to the server."""
-    return {
-        c.laddr.port
-        for c in psutil.Process().net_connections("tcp")
-        if c.raddr and c.raddr.port == served.port and c.status == psutil.CONN_ESTABLISHED
-    }
-
-
-def worker_of(served: Served, local_port: int) -> int:
-    """The pid of the worker process holding the server side of our connection from ``local_port``."""
-    for worker in worker_processes(served):
-        for c in worker.net_connections("tcp"):
-            if (
-                c.status == psutil.CONN_ESTABLISHED
-                and c.laddr.port == served.port
-                and c.raddr
-                and c.raddr.port == local_port
-            ):
-                return worker.pid
-    raise AssertionError(f"no worker holds the connection from port {local_port}")
 
 
 def one_connection() -> httpx2.Limits:
@@ -394,7 +342,7 @@ async def restart_under_streams(embedded: EmbeddedPostgres, served: Served, sing
             with contextlib.suppress(TimeoutError):
                 if await inbox.next_update(within=0.5) == ResourceUpdated(uri=WATCHED):
                     break
-            assert n < 20, f"the 2025 session never got an update:\n{printed(single)}"
+            assert n < 20, f"the 2025 session never got an update:\n{single.printed()}"
         await streams.spread()
         quiet = await streams.open(list_changed=False)  # asked only for its URI
 

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import queue
 import signal
 import socket
-import subprocess
-import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,76 +16,7 @@ from catalog.db.embedded import EmbeddedPostgres
 from catalog.settings import Settings
 
 from .conftest import free_port
-
-START_TIMEOUT = 60
-
-
-def catalog_env(**overrides: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
-    env.update(overrides)
-    return env
-
-
-def run_catalog(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "catalog", *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
-
-
-class Served:
-    def __init__(self, process: subprocess.Popen[str], port: int) -> None:
-        self.process = process
-        self.port = port
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.output: list[str] = []
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def wait_for(self, text: str, timeout: float = START_TIMEOUT) -> None:
-        """Block until the server prints ``text`` (or fail with everything it printed)."""
-        while True:
-            try:
-                line = self.lines.get(timeout=timeout)
-            except queue.Empty:
-                pytest.fail(f"no {text!r} within {timeout}s; output so far:\n{''.join(self.output)}")
-            if line is None:
-                pytest.fail(f"server exited ({self.process.wait()}) before {text!r}:\n{''.join(self.output)}")
-            self.output.append(line)
-            if text in line:
-                return
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-
-@contextlib.contextmanager
-def serving(*args: str, env: dict[str, str]) -> Iterator[Served]:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "catalog", "serve", "--port", str(port), *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    served = Served(process, port)
-    try:
-        yield served
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
-
-
-def stop(served: Served, sig: int = signal.SIGTERM) -> int:
-    served.process.send_signal(sig)
-    return served.process.wait(timeout=30)
+from .processes import catalog_env, run_catalog, serving, stop
 
 
 def test_serve_on_an_external_database_answers_readyz(database_url: str, tmp_path: Path) -> None:
