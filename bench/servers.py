@@ -36,7 +36,7 @@ def catalog_app() -> FastAPI:
     import mcp_types as types
 
     from catalog.core.resources import LISTING_COLUMNS, record_from_row
-    from catalog.mcp.adapter import LIST_TTL_MS, READ_TTL_MS, SERVER_NAME, SERVER_VERSION
+    from catalog.mcp.context import LIST_TTL_MS, READ_TTL_MS, SERVER_NAME, SERVER_VERSION
     from catalog.mcp.handlers import to_resource
 
     app = create_app(get_settings())

@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import signal
-import sys
 from collections.abc import AsyncIterator
 
+import anyio
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
@@ -19,7 +17,7 @@ from catalog.db.engine import create_engine, database_unavailable, probe_app_rol
 from catalog.db.migrate import head_revision
 from catalog.events import events_lifespan
 from catalog.limits import RequestLimits
-from catalog.runtime import settle_garbage_collector
+from catalog.runtime import shutdown_hook
 from catalog.settings import ConfigError, Settings, get_settings
 
 logger = logging.getLogger("catalog")
@@ -27,30 +25,8 @@ logger = logging.getLogger("catalog")
 READYZ_TIMEOUT_S = 3.0  # a probe must answer promptly, whatever the database does
 
 
-SUPERVISOR_PID_VARIABLE = "CATALOG_SUPERVISOR_PID"
-
-
-def follow_supervisor() -> None:
-    """In a worker of ``catalog serve --workers N``: end with the supervisor, however it ends.
-
-    uvicorn's workers outlive a supervisor that is killed outright (SIGKILL, OOM), holding the port,
-    database connections and the LISTEN connection. On Linux the kernel then sends the worker
-    SIGTERM (``PR_SET_PDEATHSIG``), and it shuts down as gracefully as on any SIGTERM.
-    """
-    supervisor = os.environ.get(SUPERVISOR_PID_VARIABLE)
-    if supervisor is None or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-    if os.getppid() != int(supervisor):  # it died before we could ask to be told
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    follow_supervisor()
     if settings.database_url is None:
         raise ConfigError(
             "the app needs CATALOG_DATABASE_URL; `catalog serve` provides it for the embedded server"
@@ -64,12 +40,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         catalog = Catalog(engine=engine, settings=settings)
         app.state.catalog = catalog
+        # The one shutdown signal: set when the server begins to stop (before it waits for open
+        # connections), so the hub and the MCP endpoint end their streams; set again on the way out.
+        stopping = anyio.Event()
         try:
-            async with contextlib.AsyncExitStack() as stack:
-                for hook in app.state.lifespan_hooks:
-                    await stack.enter_async_context(hook(catalog))
-                settle_garbage_collector()
-                yield
+            with shutdown_hook(stopping.set):
+                async with contextlib.AsyncExitStack() as stack:
+                    for hook in app.state.lifespan_hooks:
+                        await stack.enter_async_context(hook(catalog, stopping))
+                    stack.callback(stopping.set)  # unwound first: streams end before their hooks
+                    yield
         finally:
             await engine.dispose()
 
@@ -80,7 +60,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.lifespan_hooks = [events_lifespan]  # first in, last out: the hub outlives streams
+    # Each hook is ``hook(catalog, stopping)``, an async context manager; first in, last out: the
+    # hub outlives the streams it feeds.
+    app.state.lifespan_hooks = [events_lifespan]
     expected_head = head_revision()
 
     @app.get("/healthz", include_in_schema=False)

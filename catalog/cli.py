@@ -161,32 +161,6 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _run_uvicorn(sock: socket.socket, workers: int) -> None:
-    """Serve the app on ``sock`` (already bound, so a port in use is one clear line, not a traceback).
-
-    The socket object itself is handed over, never its descriptor number: uvicorn wraps a bare
-    ``fd`` as an ``AF_UNIX`` socket, and asyncio then never sets ``TCP_NODELAY`` on the connections
-    it accepts, so every response after the first on a keep-alive connection waited for the
-    client's delayed ACK (about 40 ms). With the real socket, uvicorn's workers (and the single
-    server) see its family and asyncio disables Nagle's algorithm on every accepted connection.
-    """
-    import uvicorn
-    from uvicorn.supervisors import Multiprocess
-
-    config = uvicorn.Config(
-        "catalog.app:create_app",
-        factory=True,
-        workers=workers,
-        log_level="info",
-        timeout_graceful_shutdown=10,
-        proxy_headers=False,
-    )
-    if workers > 1:
-        Multiprocess(config, sockets=[sock]).run()
-    else:
-        uvicorn.Server(config).run(sockets=[sock])
-
-
 def _raise_exit(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
@@ -228,9 +202,7 @@ def _serve(args: argparse.Namespace) -> int:
             print("catalog: demo tenant 'demo' is readable anonymously", flush=True)
         for handled in (signal.SIGTERM, signal.SIGINT):
             signal.signal(handled, _after_uvicorn)
-        if args.workers > 1:
-            from catalog.app import SUPERVISOR_PID_VARIABLE
+        from catalog.serving import serve
 
-            os.environ[SUPERVISOR_PID_VARIABLE] = str(os.getpid())
-        _run_uvicorn(sock, args.workers)
+        serve(sock, args.workers)
     return 0

@@ -1,8 +1,11 @@
-"""Process-wide settings of the Python runtime that the long-running commands share."""
+"""Process-wide settings of the Python runtime, and the one way a serving process says it is stopping."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
+from collections.abc import Callable, Iterator
 
 
 def settle_garbage_collector() -> None:
@@ -14,7 +17,7 @@ def settle_garbage_collector() -> None:
     the default threshold (700) that is dozens of collections inside one delivery.
 
     Once per process: objects frozen are never collected, even once unreachable, so freezing again
-    in a process that starts apps over and over (a test run) would keep each start's garbage-to-be.
+    in a process that starts servers over and over (a test run) would keep each start's garbage.
     """
     global _settled
     if _settled:
@@ -27,3 +30,35 @@ def settle_garbage_collector() -> None:
 
 GC_YOUNG_THRESHOLD = 10_000
 _settled = False
+
+
+# -- stopping ---------------------------------------------------------------------------------------
+#
+# uvicorn waits for open connections to finish *before* it runs the app's lifespan shutdown, and a
+# listen stream or a 2025-11-25 GET stream never finishes on its own. So the server tells the apps
+# it serves that it is stopping first (``begin_shutdown``, called by ``catalog.serving``), and each
+# app's lifespan turns that into its one shutdown signal, which the event hub and the MCP endpoint
+# await to end their streams. Keyed by event loop: a test process runs several servers, each on a
+# loop of its own in a thread, and stopping one must not end another's streams.
+
+_on_shutdown: dict[asyncio.AbstractEventLoop, list[Callable[[], None]]] = {}
+
+
+@contextlib.contextmanager
+def shutdown_hook(callback: Callable[[], None]) -> Iterator[None]:
+    """Call ``callback`` when the server running on this event loop begins to stop."""
+    loop = asyncio.get_running_loop()
+    callbacks = _on_shutdown.setdefault(loop, [])
+    callbacks.append(callback)
+    try:
+        yield
+    finally:
+        callbacks.remove(callback)
+        if not callbacks:
+            del _on_shutdown[loop]
+
+
+def begin_shutdown() -> None:
+    """The server on this event loop is stopping: every app it serves ends its streams now."""
+    for callback in list(_on_shutdown.get(asyncio.get_running_loop(), ())):
+        callback()

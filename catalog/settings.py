@@ -44,6 +44,8 @@ class Settings(BaseSettings):
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(LOOPBACK_ORIGINS))
     max_blob_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     statement_timeout_ms: int = Field(default=15_000, ge=0)
+    # A 2025-11-25 session unused for this long ends (an open GET stream keeps it in use).
+    session_idle_seconds: float = Field(default=1800, gt=0, le=7 * 24 * 3600)
     # OAuth 2.1 resource server (JWT access tokens); off unless issuer, audience and JWKS are all set.
     oauth_issuer: str | None = None
     oauth_audience: str | None = Field(default=None, description="the canonical /mcp URL tokens must name")

@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 
 from catalog.db import migrate
 from catalog.db.embedded import EmbeddedPostgres
+from catalog.serving import CatalogServer
 from catalog.settings import Settings
 
 
@@ -141,7 +142,7 @@ def run_live_server(app: object) -> Iterator[LiveServer]:
     """Serve ``app`` with uvicorn on a free loopback port in a thread, for real-HTTP clients."""
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")  # type: ignore[arg-type]
-    server = uvicorn.Server(config)
+    server = CatalogServer(config)  # as `catalog serve` runs it (its shutdown ends the app's streams)
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -21,6 +21,7 @@ import mcp_types as types
 import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated
 
 from catalog.app import create_app
 from catalog.core.grants import create_grant
@@ -33,7 +34,7 @@ from catalog.core.tenants import Tenant, create_tenant
 from catalog.core.tokens import create_token
 from catalog.db.engine import create_engine
 from catalog.demo import seed_demo_catalog
-from catalog.mcp.adapter import uvicorn_server_class
+from catalog.serving import CatalogServer
 from catalog.settings import Settings
 from tests.conftest import _admin, free_port
 
@@ -185,7 +186,7 @@ def serve(app: Any) -> Iterator[tuple[str, asyncio.AbstractEventLoop, Callable[[
     Yields the base URL, the server's event loop and a ``stop()`` returning how long shutdown took."""
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    server = uvicorn_server_class(app.state.mcp)(config)
+    server = CatalogServer(config)
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     loops: list[asyncio.AbstractEventLoop] = []
 
@@ -317,3 +318,24 @@ def answering(action: str):
         return types.ElicitResult(action=action)  # type: ignore[arg-type]
 
     return callback
+
+
+class LegacyInbox:
+    """A 2025-11-25 session's change notifications, in order."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            await self.queue.put(ResourceUpdated(uri=message.params.uri))
+        elif isinstance(message, types.ResourceListChangedNotification):
+            await self.queue.put(ResourcesListChanged())
+
+    async def next(self, within: float = 15) -> Any:
+        return await asyncio.wait_for(self.queue.get(), within)
+
+    async def next_update(self, within: float = 15) -> ResourceUpdated:
+        while not isinstance(event := await self.next(within), ResourceUpdated):
+            pass
+        return event

@@ -32,7 +32,6 @@ from typing import Any
 import asyncpg
 import httpx
 import httpx2
-import mcp_types as types
 import pytest
 import pytest_asyncio
 from mcp import Client
@@ -42,7 +41,7 @@ from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, Subs
 from catalog.db import migrate
 from catalog.db.embedded import EmbeddedPostgres
 from catalog.events.listener import listener_dsn
-from tests.mcp_helpers import MODERN, module_database
+from tests.mcp_helpers import MODERN, LegacyInbox, module_database
 from tests.processes import Served, catalog_env, my_ports, serving, started, worker_of, worker_processes
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -291,27 +290,6 @@ def embedded() -> Iterator[EmbeddedPostgres]:
     finally:
         server.release()
         shutil.rmtree(home, ignore_errors=True)
-
-
-class LegacyInbox:
-    """A 2025-11-25 session's change notifications, in order."""
-
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue[Any] = asyncio.Queue()
-
-    async def __call__(self, message: Any) -> None:
-        if isinstance(message, types.ResourceUpdatedNotification):
-            await self.queue.put(ResourceUpdated(uri=message.params.uri))
-        elif isinstance(message, types.ResourceListChangedNotification):
-            await self.queue.put(ResourcesListChanged())
-
-    async def next(self, within: float = WAIT) -> Any:
-        return await asyncio.wait_for(self.queue.get(), within)
-
-    async def next_update(self, within: float = WAIT) -> ResourceUpdated:
-        while not isinstance(event := await self.next(within), ResourceUpdated):
-            pass
-        return event
 
 
 @pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")

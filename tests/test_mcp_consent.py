@@ -14,7 +14,7 @@ import pytest_asyncio
 from mcp.shared.exceptions import MCPError
 from sqlalchemy.engine import make_url
 
-from catalog.mcp.adapter import CONSENT_DECLINED
+from catalog.mcp.context import CONSENT_DECLINED
 from tests.mcp_helpers import (
     Served,
     accepting,

@@ -173,11 +173,12 @@ def test_workers_end_when_their_supervisor_is_killed_outright(database_url: str,
         assert len(gone) == 2
 
 
-def test_a_started_app_freezes_its_start_up_heap_and_collects_young_objects_less_often(
+def test_a_started_server_freezes_its_start_up_heap_and_collects_young_objects_less_often(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The fan-out tail was the cyclic collector walking every stream's objects (bench_streams:
-    p99 434 -> 135 ms at 1000 streams); the app settles the collector once it has started."""
+    p99 434 -> 135 ms at 1000 streams); the serving process (``catalog.serving.CatalogServer``, not
+    the app factory) settles the collector once its server has started."""
     import gc
 
     import catalog.runtime

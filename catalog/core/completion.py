@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sqlalchemy import and_, case, func, literal, select
+from sqlalchemy import and_, case, func, literal, select, true
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.errors import InvalidInput, NotFound
@@ -193,22 +193,25 @@ async def _skip_scan(scan: _Scan, visibility, plan, separator: str) -> None:
     first = (
         select(resources.c.uri).where(and_(*scan.base)).order_by(resources.c.uri).limit(1).scalar_subquery()
     )
-    jumps = select(first.label("uri"), literal(1).label("n")).cte("jumps", recursive=True)
+    # Each jump's bound is a column of the previous row, so the next jump compares ``uri`` with a
+    # plain value (an index condition). Computed inside the comparison instead, the non-leakproof
+    # string functions would keep the condition behind the row-level-security filter, and every
+    # jump would scan the tenant's range from its start.
+    seed = first.label("uri")
+    jumps = select(seed, next_bound(seed).label("bound"), literal(1).label("n")).cte("jumps", recursive=True)
     following = resources.alias("following")
     upper = [following.c.uri < plan.upper_bound] if plan.upper_bound is not None else []
     step = (
         select(following.c.uri)
-        .where(
-            visibility.resources_clause(following),
-            following.c.uri >= next_bound(jumps.c.uri),
-            *upper,
-        )
+        .where(visibility.resources_clause(following), following.c.uri >= jumps.c.bound, *upper)
         .order_by(following.c.uri)
         .limit(1)
-        .scalar_subquery()
+        .lateral("step")
     )
     jumps = jumps.union_all(
-        select(step, jumps.c.n + 1).where(jumps.c.uri.is_not(None), jumps.c.n < MAX_GROUPS)
+        select(step.c.uri, next_bound(step.c.uri), jumps.c.n + 1)
+        .select_from(jumps.join(step, true()))
+        .where(jumps.c.n < MAX_GROUPS)
     )
     firsts = list(
         (

@@ -45,6 +45,21 @@ class Principal:
         return self.is_platform_admin or self.tenant_id == tenant_id
 
     @property
+    def identity(self) -> str:
+        """Who this is, as one stable string: what a 2025 session, a consent round trip's request
+        state and a listing cursor are bound to (another credential cannot use them)."""
+        return "|".join(
+            [
+                self.kind,
+                str(self.tenant_id),
+                str(self.token_id),
+                self.subject or "",
+                "admin" if self.is_admin else "",
+                ",".join(sorted(self.scopes)),
+            ]
+        )
+
+    @property
     def label(self) -> str:
         """How the audit log names this principal."""
         if self.kind == "platform":

@@ -14,6 +14,7 @@ from catalog.settings import Settings
 if TYPE_CHECKING:
     from catalog.auth.jwt import JwtVerifier
     from catalog.events.hub import EventHub
+    from catalog.events.listener import ChangeListener
 
 
 @dataclass
@@ -24,6 +25,8 @@ class Catalog:
     readiness_probes: dict[str, Callable[[], str]] = field(default_factory=dict)
     # Live changes of this process (catalog.events.events_lifespan sets it; None until then).
     event_hub: EventHub | None = None
+    # The process's LISTEN connection (set with the hub): other channels (2025 sessions) ride on it.
+    event_listener: ChangeListener | None = None
 
     @cached_property
     def signing_key(self) -> bytes:

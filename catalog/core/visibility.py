@@ -162,6 +162,9 @@ class Visibility:
 
 
 def principal_fingerprint(principal: Principal, tenant_id: int) -> str:
+    """A short digest of what a caller sees of a tenant (its standing: kind, admin, scopes), not of
+    who it is: a cursor carries it, so it is refused by any caller who would see another set, and
+    accepted from a caller who sees exactly the same (``Principal.identity`` names the credential)."""
     standing = "|".join(
         [
             str(tenant_id),

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 APP_ROLE = "catalog_app"
 NOTIFY_CHANNEL = "catalog_changes"
+SESSIONS_CHANNEL = "catalog_sessions"  # between the processes serving 2025-11-25 sessions
 
 
 @dataclass(frozen=True)

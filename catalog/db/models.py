@@ -244,3 +244,37 @@ TENANT_TABLES = (
     "audit_log",
     "change_feed",
 )
+
+# 2025-11-25 MCP sessions: shared by every worker of every host, so any of them serves any request
+# of a session (no sticky routing). The session id itself is never stored, only its sha256.
+mcp_sessions = Table(
+    "mcp_sessions",
+    metadata,
+    Column("tenant_id", BigInteger, nullable=False),
+    Column("id_hash", LargeBinary, nullable=False),
+    Column("principal", Text, nullable=False),  # the credential that opened it (Principal.identity)
+    Column("protocol_version", Text, nullable=False),
+    Column("client_params", JSONB, nullable=False),  # the initialize params: capabilities, clientInfo
+    Column("subscriptions", JSONB, nullable=False, server_default=text("'{}'::jsonb")),  # sent -> canonical
+    _timestamp("created_at"),
+    _timestamp("last_seen_at"),
+    PrimaryKeyConstraint("tenant_id", "id_hash"),
+    ForeignKeyConstraint(["tenant_id"], ["tenants.id"], ondelete="CASCADE"),
+    Index("ix_mcp_sessions_last_seen_at", "last_seen_at"),
+)
+
+# Server-initiated requests of a 2025 session (elicitation) waiting for the client's answer, which
+# may arrive at any worker: the answer is stored here and the waiting worker told by NOTIFY.
+mcp_session_requests = Table(
+    "mcp_session_requests",
+    metadata,
+    Column("tenant_id", BigInteger, nullable=False),
+    Column("session_hash", LargeBinary, nullable=False),
+    Column("request_id", Text, nullable=False),
+    Column("response", JSONB, nullable=True),
+    _timestamp("created_at"),
+    PrimaryKeyConstraint("tenant_id", "session_hash", "request_id"),
+    ForeignKeyConstraint(
+        ["tenant_id", "session_hash"], ["mcp_sessions.tenant_id", "mcp_sessions.id_hash"], ondelete="CASCADE"
+    ),
+)

@@ -94,6 +94,7 @@ class ChangeListener:
         self._last_error: str | None = None
         self._stopped = False
         self._state_listeners: list[Callable[[ChangeListener], None]] = []
+        self._channels: dict[str, Callable[[str], None]] = {}  # other channels: name -> on payload
         self._connected_waiters: list[asyncio.Future[None]] = []
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -142,6 +143,17 @@ class ChangeListener:
     def add_state_listener(self, callback: Callable[[ChangeListener], None]) -> None:
         """``callback(listener)`` runs synchronously on every change of ``connected``."""
         self._state_listeners.append(callback)
+
+    async def add_channel(self, channel: str, on_payload: Callable[[str], None]) -> None:
+        """Also LISTEN on ``channel``, now and after every reconnection; ``on_payload(payload)`` runs
+        on the event loop for each notification. What was sent while the connection was down is
+        lost, as on the change feed: consumers re-check their state on reconnection
+        (``add_state_listener``)."""
+        self._channels[channel] = on_payload
+        conn = self._conn
+        if conn is not None and not conn.is_closed():
+            async with self._lock:
+                await conn.add_listener(channel, self._on_channel)
 
     @property
     def backend_pid(self) -> int | None:
@@ -231,6 +243,8 @@ class ChangeListener:
         # The feed is behind row-level security; this connection reads it for every tenant.
         await conn.execute("SELECT set_config('catalog.all_tenants', 'on', false)")
         await conn.add_listener(NOTIFY_CHANNEL, self._on_notify)
+        for channel in list(self._channels):
+            await conn.add_listener(channel, self._on_channel)
         try:
             return await conn.fetchval("SELECT max(seq) FROM change_feed")
         except asyncpg.UndefinedTableError:
@@ -269,6 +283,15 @@ class ChangeListener:
         return ceiling / 2 + random.uniform(0, ceiling / 2)  # "equal jitter"
 
     # -- notifications -------------------------------------------------------------------------
+
+    def _on_channel(self, _conn: object, _pid: int, channel: str, payload: str) -> None:
+        on_payload = self._channels.get(channel)
+        if on_payload is None:
+            return
+        try:
+            on_payload(payload)
+        except Exception:
+            logger.exception("event listener: the consumer of channel %s failed", channel)
 
     def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         try:

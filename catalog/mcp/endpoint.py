@@ -1,19 +1,122 @@
-"""The MCP endpoint at /mcp (installed into the one app), and its RFC 9728 metadata.
+"""The MCP endpoint at /mcp, installed into the one app, and its RFC 9728 metadata.
 
-``install(app)`` builds the :class:`~catalog.mcp.adapter.McpEndpoint`, mounts it as a route (all
-methods: POST for both eras, GET/DELETE for 2025-11-25 sessions; never ``mount()``, which would
-redirect ``/mcp`` to ``/mcp/``), serves the protected-resource metadata at
-``/.well-known/oauth-protected-resource`` and ``/.well-known/oauth-protected-resource/mcp``, and
-registers the endpoint's lifespan hook.
+``install(app)`` builds the :class:`McpEndpoint`, mounts its edge as a route (all methods: POST for
+both eras, GET/DELETE for 2025-11-25 sessions; never ``mount()``, which would redirect ``/mcp`` to
+``/mcp/``), serves the protected-resource metadata at ``/.well-known/oauth-protected-resource`` and
+``/.well-known/oauth-protected-resource/mcp``, and registers the endpoint's lifespan hook.
+
+Module map of the package: ``context`` (what a handler knows about its request), ``handlers`` (thin
+translations to ``catalog.core``), ``listen`` (2026-07-28 ``subscriptions/listen``), ``sessions``
+(2025-11-25 sessions in PostgreSQL), ``server`` (the SDK ``Server`` and its middleware), ``asgi``
+(the edge and the routing by era), ``wire`` (SSE frames, JSON-RPC error bodies), ``sdk_private``
+(every private SDK name catalog uses).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route
 
-from catalog.mcp.adapter import MCP_PATH, PRM_PATH, McpEndpoint, protected_resource_metadata
+from catalog.core.service import Catalog
+from catalog.mcp.asgi import PRM_PATH, McpEdge, protected_resource_metadata
+from catalog.mcp.context import MCP_PATH
+from catalog.mcp.listen import ListenStreams
+from catalog.mcp.server import build_server
+from catalog.mcp.sessions import LegacySessions
+from catalog.settings import Settings
+
+
+def host_patterns(hosts: list[str]) -> list[str]:
+    """Allowed Host values: each entry as given, and with any port when it names none."""
+    out: list[str] = []
+    for host in hosts:
+        out.append(host)
+        bare = host.rsplit("]", 1)[-1] if host.startswith("[") else host
+        if ":" not in bare and not host.endswith(":*"):
+            out.append(f"{host}:*")
+    return out
+
+
+def origin_patterns(origins: list[str]) -> list[str]:
+    """Allowed Origin values: each entry as given, and with any port when it names none."""
+    out: list[str] = []
+    for origin in origins:
+        out.append(origin)
+        _, sep, authority = origin.partition("://")
+        bare = authority.rsplit("]", 1)[-1] if authority.startswith("[") else authority
+        if sep and ":" not in bare and not origin.endswith(":*"):
+            out.append(f"{origin}:*")
+    return out
+
+
+class McpEndpoint:
+    """The MCP endpoint of one app: the SDK server, both eras' transports, the streams they hold.
+
+    Built when the app is created (the route must exist before startup); :meth:`run` is the
+    lifespan hook that receives the ``Catalog`` and the app's shutdown signal.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._catalog: Catalog | None = None
+        self.modern: StreamableHTTPSessionManager | None = None
+        self.listen = ListenStreams(self)
+        self.sessions = LegacySessions(self, idle_seconds=settings.session_idle_seconds)
+        self.server = build_server(
+            self, signing_key=settings.signing_key(), listen=self.listen, sessions=self.sessions
+        )
+        self.security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=host_patterns(settings.allowed_hosts),
+            allowed_origins=origin_patterns(settings.allowed_origins),
+        )
+        self.asgi_app = McpEdge(self)
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            raise RuntimeError("the MCP endpoint is not running (the app lifespan has not started)")
+        return self._catalog
+
+    @property
+    def running_catalog(self) -> Catalog | None:
+        return self._catalog
+
+    @property
+    def hub(self) -> Any:
+        """The catalog's event hub (``catalog.events.hub.EventHub``), once the events module runs."""
+        return self._catalog.event_hub if self._catalog is not None else None
+
+    @contextlib.asynccontextmanager
+    async def run(self, catalog: Catalog, stopping: anyio.Event) -> AsyncIterator[None]:
+        """The lifespan hook: both eras' transports; streams end when the app starts to stop."""
+        self._catalog = catalog
+        self.listen.closed = False
+        # The SDK's public manager, in its stateless JSON mode: only 2026-07-28 requests reach it.
+        # Host/Origin are checked by the edge before any request gets here.
+        modern = StreamableHTTPSessionManager(app=self.server, json_response=True, stateless=True)
+        async with modern.run(), self.sessions.run(catalog, stopping), anyio.create_task_group() as tasks:
+            self.modern = modern
+            tasks.start_soon(self._close_when, stopping)
+            try:
+                yield
+            finally:
+                self.listen.close()
+                self.modern = None
+                tasks.cancel_scope.cancel()
+        self._catalog = None
+
+    async def _close_when(self, stopping: anyio.Event) -> None:
+        await stopping.wait()
+        self.listen.close()
 
 
 def install(app: FastAPI) -> McpEndpoint:

@@ -1,17 +1,16 @@
 """MCP request handlers: thin translations between ``mcp_types`` and ``catalog.core``.
 
-Each factory takes the :class:`~catalog.mcp.adapter.McpEndpoint` (for the catalog, known once the
-app runs) and returns an SDK handler ``async (ctx, params) -> result``. Era decisions (error codes,
-consent flow, cache hints) are the adapter's; see its module docstring.
+Each factory takes a :class:`CatalogSource` (the endpoint, which knows the catalog once the app
+runs) and returns an SDK handler ``async (ctx, params) -> result``. What differs by era (error
+codes, the consent flow, cache hints) is decided with ``catalog.mcp.context``.
 """
 
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import mcp_types as types
-from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
 
@@ -20,23 +19,27 @@ from catalog.core.completion import InvalidArgument, UnknownTemplate, complete_a
 from catalog.core.cursors import InvalidCursor
 from catalog.core.reading import Content, InvalidResourceUri, ReadOutcome, ResourceNotFound
 from catalog.core.resources import ResourceRecord
+from catalog.core.service import Catalog
 from catalog.core.templates import TemplateRecord
-from catalog.mcp.adapter import (
+from catalog.mcp.context import (
     CONSENT_DECLINED,
     LIST_TTL_MS,
     READ_TTL_MS,
     TEMPLATES_TTL_MS,
+    Ctx,
     cache_scope,
+    invalid_cursor,
     is_modern,
     not_found,
     principal_of,
     supports_form_elicitation,
 )
 
-if TYPE_CHECKING:
-    from catalog.mcp.adapter import McpEndpoint
 
-Ctx = ServerRequestContext[Any, Any]
+class CatalogSource(Protocol):
+    @property
+    def catalog(self) -> Catalog: ...
+
 
 CONSENT_KEY = "consent"
 CONSENT_STATE = "consent"
@@ -53,10 +56,6 @@ CONSENT_SCHEMA: dict[str, Any] = {
     "required": ["accept", "purpose"],
 }
 CONSENT_CAPABILITIES = {"elicitation": {"form": {}}}
-
-
-def invalid_cursor() -> MCPError:
-    return MCPError(INVALID_PARAMS, "Invalid cursor", data={"reason": "invalid_cursor"})
 
 
 # -- converters -----------------------------------------------------------------------------------
@@ -117,7 +116,7 @@ def to_contents(items: list[Content]) -> list[types.TextResourceContents | types
 # -- handlers -------------------------------------------------------------------------------------
 
 
-def list_resources(endpoint: McpEndpoint):
+def list_resources(endpoint: CatalogSource):
     async def handler(ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         principal = principal_of(ctx)
         try:
@@ -136,7 +135,7 @@ def list_resources(endpoint: McpEndpoint):
     return handler
 
 
-def list_templates(endpoint: McpEndpoint):
+def list_templates(endpoint: CatalogSource):
     async def handler(
         ctx: Ctx, params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
@@ -176,7 +175,7 @@ def _declined(uri: str, action: str) -> MCPError:
     )
 
 
-def read_resource(endpoint: McpEndpoint):
+def read_resource(endpoint: CatalogSource):
     async def read(ctx: Ctx, uri: str, purpose: str | None = None) -> ReadOutcome:
         try:
             return await reading.read_resource(
@@ -258,7 +257,7 @@ def read_resource(endpoint: McpEndpoint):
     return handler
 
 
-def complete(endpoint: McpEndpoint):
+def complete(endpoint: CatalogSource):
     async def handler(ctx: Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
         if not isinstance(params.ref, types.ResourceTemplateReference):
             raise MCPError(

@@ -1,0 +1,185 @@
+"""The ASGI app at ``/mcp``: the edge checks, then each request to its era.
+
+DNS-rebinding checks come first (Host from ``CATALOG_ALLOWED_HOSTS``, any port; Origin from
+``CATALOG_ALLOWED_ORIGINS``, any port; 421/403), then the principal from the bearer token
+(``catalog.auth.authenticate``) or, with no token, the public tenant (``CATALOG_PUBLIC_TENANT``);
+otherwise 401 with ``WWW-Authenticate: Bearer resource_metadata=".../.well-known/oauth-protected-
+resource/mcp"``. A credential not bound to a tenant (the platform admin token) gets 403: the agent
+surface browses exactly one tenant.
+
+Then the era, by the SDK's own rule (a ``MCP-Protocol-Version`` header that is not a handshake
+version is a 2026-07-28 request): 2026-07-28 requests go to the SDK's public session manager in its
+stateless JSON mode (``subscriptions/listen`` is always a stream), everything else to the 2025-11-25
+session transport (``catalog.mcp.sessions``), whose state is in PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Protocol
+
+import mcp_types as types
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_PROTOCOL_VERSION_HEADER
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
+
+from catalog.auth import anonymous_principal, authenticate
+from catalog.core.errors import Unauthenticated
+from catalog.core.principal import Principal
+from catalog.core.service import Catalog
+from catalog.db.engine import database_unavailable, request_connection
+from catalog.mcp.context import MCP_PATH, PRINCIPAL_STATE_KEY
+from catalog.mcp.server import UNAVAILABLE_MESSAGE
+from catalog.mcp.sessions import LegacySessions
+from catalog.settings import Settings
+
+logger = logging.getLogger("catalog.mcp")
+
+PRM_PATH = "/.well-known/oauth-protected-resource"
+PRINCIPAL_CACHE_SECONDS = 10.0
+
+
+class EdgeHost(Protocol):
+    settings: Settings
+    security: TransportSecuritySettings
+    sessions: LegacySessions
+
+    @property
+    def running_catalog(self) -> Catalog | None: ...
+
+    @property
+    def modern(self) -> StreamableHTTPSessionManager | None: ...
+
+
+def is_modern_request(scope: Scope) -> bool:
+    """The SDK's own era rule: a version header that is not a handshake version is a modern request
+    (an unknown one is refused by the SDK with -32022)."""
+    version = Headers(scope=scope).get(MCP_PROTOCOL_VERSION_HEADER)
+    return version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
+
+
+def is_short_modern_request(scope: Scope) -> bool:
+    """A modern POST answered with one JSON response: anything but ``subscriptions/listen`` (the
+    ``Mcp-Method`` header must name the body's method, HTTP-8, or the SDK refuses the request)."""
+    if scope.get("method") != "POST" or not is_modern_request(scope):
+        return False
+    return Headers(scope=scope).get(MCP_METHOD_HEADER) != "subscriptions/listen"
+
+
+def unavailable_response() -> JSONResponse:
+    """A database failure before dispatch (authentication): HTTP 503 with a ``-32603`` body."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": types.INTERNAL_ERROR, "message": UNAVAILABLE_MESSAGE, "data": {"retryable": True}},
+    }
+    return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
+
+
+def base_url(scope: Scope) -> str:
+    """The server's own origin as the client addressed it (after the Host check)."""
+    headers = Headers(scope=scope)
+    host = headers.get("host")
+    scheme = scope.get("scheme", "http")
+    if not host:
+        server = scope.get("server") or ("127.0.0.1", 80)
+        host = f"{server[0]}:{server[1]}"
+    return f"{scheme}://{host}"
+
+
+def protected_resource_metadata(settings: Settings, scope: Scope) -> dict[str, Any]:
+    """RFC 9728 metadata for ``/mcp``. ``authorization_servers`` names the configured OAuth issuer;
+    without one, tokens are provisioned by the catalogue itself (CLI/admin API) and the list is
+    empty: there is no authorization server a client could discover (AUTH-2 needs one only once
+    OAuth is configured)."""
+    resource = settings.oauth_audience or f"{base_url(scope)}{MCP_PATH}"
+    return {
+        "resource": resource.rstrip("/"),
+        "authorization_servers": [settings.oauth_issuer] if settings.oauth_issuer else [],
+        "bearer_methods_supported": ["header"],
+        "resource_name": "catalog",
+    }
+
+
+class McpEdge:
+    def __init__(self, host: EdgeHost) -> None:
+        self.host = host
+        self.security = TransportSecurityMiddleware(host.security)
+        self._anonymous: tuple[float, Principal | None] | None = None
+
+    def _resource_metadata_url(self, scope: Scope) -> str:
+        return f"{base_url(scope)}{PRM_PATH}{MCP_PATH}"
+
+    def _challenge(self, scope: Scope, status: int, error: str | None, detail: str) -> JSONResponse:
+        value = f'Bearer resource_metadata="{self._resource_metadata_url(scope)}"'
+        if error:
+            value += f', error="{error}"'
+        body = {"error": error or "unauthorized", "error_description": detail}
+        return JSONResponse(body, status_code=status, headers={"WWW-Authenticate": value})
+
+    async def _anonymous_principal(self, catalog: Catalog) -> Principal | None:
+        cached = self._anonymous
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < PRINCIPAL_CACHE_SECONDS:
+            return cached[1]
+        principal = await anonymous_principal(catalog)
+        self._anonymous = (now, principal)
+        return principal
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        catalog = self.host.running_catalog
+        if scope["type"] != "http" or catalog is None:
+            await JSONResponse({"error": "starting"}, status_code=503)(scope, receive, send)
+            return
+        if is_short_modern_request(scope):
+            # Answered inline, so the token lookup and the handler's transactions share one pooled
+            # connection instead of checking out one each.
+            async with request_connection(catalog.engine):
+                await self._authenticated(catalog, scope, receive, send)
+            return
+        await self._authenticated(catalog, scope, receive, send)
+
+    async def _authenticated(self, catalog: Catalog, scope: Scope, receive: Receive, send: Send) -> None:
+        # Host/Origin first: a rebinding attempt is 421/403 whether or not it carries a token.
+        rejected = await self.security.validate_request(Request(scope), is_post=False)
+        if rejected is not None:
+            await rejected(scope, receive, send)
+            return
+        if b"access_token=" in (scope.get("query_string") or b""):
+            detail = "send the token in the Authorization header, never in the query"
+            await self._challenge(scope, 401, "invalid_request", detail)(scope, receive, send)
+            return
+        authorization = Headers(scope=scope).get("authorization")
+        try:
+            principal = await authenticate(catalog, authorization)
+            if principal is None:
+                principal = await self._anonymous_principal(catalog)
+        except Unauthenticated as exc:
+            await self._challenge(scope, 401, "invalid_token", exc.detail)(scope, receive, send)
+            return
+        except Exception as exc:
+            if not database_unavailable(exc):
+                raise
+            logger.warning("mcp: database unavailable while authenticating: %r", exc)
+            await unavailable_response()(scope, receive, send)
+            return
+        if principal is None:
+            detail = "this endpoint needs a bearer token"
+            await self._challenge(scope, 401, None, detail)(scope, receive, send)
+            return
+        if principal.tenant_id is None:
+            detail = "this credential is not bound to a tenant; use a tenant token on /mcp"
+            await self._challenge(scope, 403, "insufficient_scope", detail)(scope, receive, send)
+            return
+        scope.setdefault("state", {})[PRINCIPAL_STATE_KEY] = principal
+        modern = self.host.modern
+        if is_modern_request(scope) and modern is not None:
+            await modern.handle_request(scope, receive, send)
+        else:
+            await self.host.sessions.handle(scope, receive, send)

@@ -1,0 +1,69 @@
+"""What an MCP handler knows about the request it serves: its era, its principal, the error and cache
+shapes each era expects. Imported by every other module of the package; imports none of them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.requests import Request
+
+from catalog.core.principal import Principal
+from catalog.core.reading import is_public
+
+SERVER_NAME = "catalog"
+SERVER_VERSION = "0.1.0"
+MCP_PATH = "/mcp"
+
+READ_TTL_MS = 10_000
+LIST_TTL_MS = 10_000
+TEMPLATES_TTL_MS = 60_000
+DISCOVER_TTL_MS = 300_000
+
+LEGACY_RESOURCE_NOT_FOUND = -32002  # 2025-11-25's recommendation; the SDK has no constant for it
+CONSENT_DECLINED = -31001  # application-defined (outside -32768..-32000, ERR-2)
+
+# Where the edge (``catalog.mcp.asgi``) leaves the authenticated principal in the ASGI scope.
+PRINCIPAL_STATE_KEY = "catalog_principal"
+
+Ctx = ServerRequestContext[Any, Any]
+
+
+def is_modern(ctx: Ctx) -> bool:
+    """The era of this request: the envelope version (2026) or the 2025 session's negotiated one."""
+    return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
+def principal_of(ctx: Ctx) -> Principal:
+    """The principal the edge put in the ASGI scope of the HTTP request carrying this message."""
+    request: Request | None = ctx.request
+    principal = request.scope.get("state", {}).get(PRINCIPAL_STATE_KEY) if request is not None else None
+    if principal is None:
+        raise MCPError(types.INTERNAL_ERROR, "No authenticated principal for this request")
+    return principal
+
+
+def cache_scope(principal: Principal) -> str:
+    return "public" if is_public(principal) else "private"
+
+
+def supports_form_elicitation(ctx: Ctx) -> bool:
+    """Declared in this request's envelope (2026) or at ``initialize`` (2025); ``{}`` means form."""
+    caps = ctx.session.client_capabilities
+    if caps is None or caps.elicitation is None:
+        return False
+    return caps.elicitation.form is not None or caps.elicitation.url is None
+
+
+def not_found(ctx: Ctx, uri: str) -> MCPError:
+    """Missing and invisible alike: ``-32602`` at 2026-07-28 (SEP-2164), ``-32002`` in 2025 sessions."""
+    code = INVALID_PARAMS if is_modern(ctx) else LEGACY_RESOURCE_NOT_FOUND
+    return MCPError(code, "Resource not found", data={"uri": uri})
+
+
+def invalid_cursor() -> MCPError:
+    return MCPError(INVALID_PARAMS, "Invalid cursor", data={"reason": "invalid_cursor"})

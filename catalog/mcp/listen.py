@@ -1,0 +1,151 @@
+"""``subscriptions/listen`` (2026-07-28): one long-lived stream of change notifications per request.
+
+Modelled on the SDK's ``ListenHandler``, with what catalog needs besides: the ack names exactly what
+is honoured (SUB-3: ``resourcesListChanged`` and ``resourceSubscriptions``; tools and prompts are
+dropped), every notification carries ``_meta.subscriptionId`` (the listen's request id), only URIs
+visible to the stream's principal fire (``catalog.core.watching``), a subscribed ``inode/directory``
+fires for its descendants, and the events come from the process's hub (``catalog.events``), so a
+change made by any process, host or SQL session reaches every stream. The stream ends with the
+listen's result (SUB-10) when the server stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections import OrderedDict
+from typing import Any, Protocol
+
+import anyio
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
+
+from catalog.core.service import Catalog
+from catalog.core.watching import Delivery, honoured_uris, open_watch
+from catalog.mcp.context import Ctx, principal_of
+from catalog.mcp.sdk_private import listen_sink
+from catalog.mcp.wire import sse_frame
+
+
+class ListenHost(Protocol):
+    @property
+    def catalog(self) -> Catalog: ...
+
+    @property
+    def hub(self) -> Any: ...  # catalog.events.hub.EventHub | None
+
+
+def delivery_notifications(delivery: Delivery, meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """The notifications one stream is sent for a delivery, ``meta`` (its subscriptionId) on each."""
+    notifications: list[dict[str, Any]] = []
+    if delivery.list_changed:
+        notifications.append(
+            {"jsonrpc": "2.0", "method": "notifications/resources/list_changed", "params": {"_meta": meta}}
+        )
+    notifications.extend(
+        {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri, "_meta": meta}}
+        for uri in delivery.updated
+    )
+    return notifications
+
+
+class SharedFrames:
+    """SSE frames of listen deliveries, serialised once for every stream that is sent the same.
+
+    One update fans out to hundreds of streams per worker. Streams differ only by
+    ``_meta.subscriptionId`` (their request id, often the same value), so frames are keyed by the
+    delivery and that id; the last few are kept.
+    """
+
+    def __init__(self, remember: int = 256) -> None:
+        self._remember = remember
+        self._frames: OrderedDict[tuple[Delivery, str], tuple[bytes, ...]] = OrderedDict()
+
+    def frames(self, delivery: Delivery, meta: dict[str, Any]) -> tuple[bytes, ...]:
+        key = (delivery, json.dumps(meta[SUBSCRIPTION_ID_META_KEY]))
+        frames = self._frames.get(key)
+        if frames is None:
+            frames = self._frames[key] = tuple(sse_frame(n) for n in delivery_notifications(delivery, meta))
+            while len(self._frames) > self._remember:
+                self._frames.popitem(last=False)
+        return frames
+
+
+class ListenStreams:
+    """The ``subscriptions/listen`` handler of one endpoint, and the streams it holds open."""
+
+    def __init__(self, host: ListenHost, max_streams: int = 1024) -> None:
+        self._host = host
+        self._max = max_streams
+        self._scopes: set[anyio.CancelScope] = set()
+        self._frames = SharedFrames()
+        self.frames_sent = 0  # through the fast path (tests/test_sdk_private.py)
+        self.closed = False
+
+    def __len__(self) -> int:
+        return len(self._scopes)
+
+    async def __call__(
+        self, ctx: Ctx, params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        sid = ctx.request_id
+        if sid is None:
+            raise MCPError(types.INVALID_REQUEST, "subscriptions/listen needs a request id")
+        if len(self._scopes) >= self._max:
+            raise MCPError(types.INTERNAL_ERROR, "Too many open subscriptions; try again later")
+        principal = principal_of(ctx)
+        requested = params.notifications
+        hub = self._host.hub
+        live = hub is not None
+        uris = honoured_uris(requested.resource_subscriptions or ()) if live else {}
+        honoured = types.SubscriptionFilter(
+            resources_list_changed=True if (live and requested.resources_list_changed) else None,
+            resource_subscriptions=list(uris) if (live and requested.resource_subscriptions) else None,
+        )
+        meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: sid}  # same JSON type as the request id
+        sink = listen_sink(ctx)
+
+        async def deliver(delivery: Delivery) -> None:
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                for frame in self._frames.frames(delivery, meta):
+                    await sink.send(frame)
+                    self.frames_sent += 1
+
+        scope = anyio.CancelScope()
+        self._scopes.add(scope)
+        try:
+            with scope:
+                if self.closed:
+                    scope.cancel()
+                subscription = hub.subscribe(principal.tenant_id) if hub is not None else None
+                async with contextlib.AsyncExitStack() as stack:
+                    if subscription is not None:
+                        await stack.enter_async_context(subscription)  # before the ack: nothing lost
+                    watch = await open_watch(
+                        self._host.catalog,
+                        principal,
+                        list_changed=bool(honoured.resources_list_changed),
+                        uris=uris.values(),
+                    )
+                    await ctx.session.send_notification(
+                        types.SubscriptionsAcknowledgedNotification(
+                            params=types.SubscriptionsAcknowledgedNotificationParams(
+                                notifications=honoured, _meta=meta
+                            )
+                        ),
+                        related_request_id=sid,
+                    )
+                    if subscription is None:
+                        await anyio.sleep_forever()
+                    async for batch in subscription:
+                        await deliver(await watch.decide(batch))
+        finally:
+            self._scopes.discard(scope)
+        return types.SubscriptionsListenResult(_meta=meta)  # graceful end (SUB-10)
+
+    def close(self) -> None:
+        """End every stream gracefully: each handler leaves its loop and returns its result."""
+        self.closed = True
+        for scope in list(self._scopes):
+            scope.cancel()

@@ -1,0 +1,34 @@
+"""Every private part of the ``mcp`` SDK (pinned ``==2.3.0``) that catalog relies on, in one place.
+
+Each use is read directly (never with a ``getattr`` default), so an SDK that renamed one fails
+loudly, and tests/test_sdk_private.py fails first: it checks every name below against the installed
+SDK and proves the fast path is taken on a real listen stream.
+
+* ``ServerSession._request_outbound``: the per-request ``DispatchContext``. For a 2026-07-28 request
+  on the SDK's single-exchange HTTP entry it is ``_SingleExchangeDispatchContext``, whose ``sink``
+  is the memory stream of bytes the SDK writes to the HTTP response of a streaming request
+  (``subscriptions/listen``). Listen streams put their SSE frames there directly: one update fans
+  out to thousands of streams, and the SDK's per-notification path (two model dumps and a
+  ``json.dumps`` per stream) would serialise the same notification once per stream.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anyio.streams.memory import MemoryObjectSendStream
+from mcp.server.context import ServerRequestContext
+
+PRIVATE_NAMES = (
+    ("mcp.server.session", "ServerSession", "_request_outbound"),
+    ("mcp.server._streamable_http_modern", "_SingleExchangeDispatchContext", "sink"),
+)
+
+
+def listen_sink(ctx: ServerRequestContext[Any, Any]) -> MemoryObjectSendStream[bytes]:
+    """The byte stream a 2026-07-28 listen's SSE response is written from."""
+    outbound = ctx.session._request_outbound  # pyright: ignore[reportPrivateUsage]
+    sink = outbound.sink
+    if not isinstance(sink, MemoryObjectSendStream):
+        raise RuntimeError(f"the SDK gave this listen no SSE sink ({type(outbound).__name__})")
+    return sink
