@@ -32,6 +32,7 @@ PLANS = {
         "start": ["--rounds", "3"],
         "fanout": [],
         "streams": [],
+        "keepalive": ["--requests", "200"],
     },
     "quick": {
         "scale": ["--resources", "100000", "--runs", "8"],
@@ -40,9 +41,10 @@ PLANS = {
         "start": ["--rounds", "1"],
         "fanout": ["--updates", "50"],
         "streams": ["--sizes", "1,100", "--updates", "20"],
+        "keepalive": ["--requests", "40"],
     },
 }
-ORDER = ["scale", "read", "import", "start", "fanout", "streams"]
+ORDER = ["scale", "read", "import", "start", "fanout", "streams", "keepalive"]
 
 
 def main() -> int:

@@ -35,10 +35,11 @@ def _x(value: float) -> str:
 
 
 def goal_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
-    """Issue 13's goals (each a ratio in one run, through ``catalog serve`` with its defaults)."""
+    """Issue 13's goals (each a ratio in one run, through ``catalog serve`` with its defaults) and
+    issue 11's keep-alive row."""
     rows: list[tuple[str, str, str, str]] = []
-    scale, read, start, load_, fanout = (
-        results.get(k) for k in ("scale", "read", "start", "import", "fanout")
+    scale, read, start, load_, fanout, keepalive = (
+        results.get(k) for k in ("scale", "read", "start", "import", "fanout", "keepalive")
     )
     if read:
         clients = read["concurrency"]
@@ -137,7 +138,25 @@ def goal_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 _ok(s["warm"]["median"] < 1.5),
             )
         )
+    if keepalive:
+        worst = max(keepalive["rows"], key=lambda row: row["keepalive_vs_fresh_ratio"])
+        rows.append(
+            (
+                "keep-alive vs fresh-connection request latency through `catalog serve` (issue 11; worst of"
+                f" {len(keepalive['rows'])}: `/healthz` and `/mcp` read, on"
+                f" {' and '.join(map(str, keepalive['workers']))} workers)",
+                f"<= {KEEPALIVE_LIMIT}x",
+                f"{_x(worst['keepalive_vs_fresh_ratio'])} ({worst['route']}, {worst['workers']} worker(s):"
+                f" {worst['keepalive']['median_ms']:.2f} vs {worst['fresh']['median_ms']:.2f} ms)",
+                _ok(worst["keepalive_vs_fresh_ratio"] <= KEEPALIVE_LIMIT),
+            )
+        )
     return rows
+
+
+# A warm keep-alive request skips the handshake, so it is at most as slow as a fresh connection's;
+# the stall fixed in dde4bcb (Nagle on accepted sockets, ~40 ms per keep-alive request) made it 6-23x.
+KEEPALIVE_LIMIT = 1.5
 
 
 def _find(data: Any, *needles: str) -> float | None:
@@ -432,6 +451,42 @@ def generated(results: dict[str, Any]) -> str:
                 rows,
             ),
         ]
+    keepalive = results.get("keepalive")
+    if keepalive:
+        parts += [
+            "",
+            f"### Keep-alive vs fresh connection through `catalog serve` ({keepalive['requests_per_case']}"
+            " requests each way, interleaved; ms)",
+            "",
+        ]
+        rows = [
+            [
+                str(row["workers"]),
+                f"`{row['route']}`",
+                f"{row['keepalive']['median_ms']:.2f}",
+                f"{row['keepalive']['p99_ms']:.1f}",
+                f"{row['fresh']['median_ms']:.2f}",
+                f"{row['fresh']['p99_ms']:.1f}",
+                f"{row['fresh_connect']['median_ms']:.2f}",
+                _x(row["keepalive_vs_fresh_ratio"]),
+            ]
+            for row in keepalive["rows"]
+        ]
+        parts.append(
+            _table(
+                [
+                    "workers",
+                    "request",
+                    "keep-alive median",
+                    "keep-alive p99",
+                    "fresh median",
+                    "fresh p99",
+                    "of which connect",
+                    "keep-alive / fresh",
+                ],
+                rows,
+            )
+        )
     stale = results.get("_stale") or []
     if stale:
         parts += [
@@ -501,7 +556,7 @@ CURRENT = {
     "read": ("catalog_vs_floor_ratio",),
     "import": ("import_vs_plain_copy_speed_ratio",),
 }
-NAMES = ("scale", "read", "start", "import", "fanout")
+NAMES = ("scale", "read", "start", "import", "fanout", "keepalive")
 
 
 def _current(name: str, result: dict[str, Any] | None) -> bool:
