@@ -1,9 +1,10 @@
 """``python -m bench``: every benchmark, then BENCHMARKS.md's tables and bench/results/depth.png.
 
 Each benchmark runs as a process of its own (``python -m bench.bench_X``), writing its JSON to
-bench/results/; one that fails is reported and the others still run. ``--quick`` uses a smaller
-catalogue and fewer, shorter runs (a few minutes on 2 cores); the full run is the one the goals
-are judged on (1,000,000 resources, 100k imported).
+bench/results/; one that fails is reported and the others still run. Every server benchmark starts
+``python -m catalog serve`` itself, as a user does, and each of its baselines in a process of its
+own. ``--quick`` uses a smaller catalogue and fewer, shorter runs (a few minutes on 2 cores); the
+full run is the one the goals are judged on (1,000,000 resources, 100k imported).
 
     python -m bench [--quick] [--only scale,read,...]
 """
@@ -26,22 +27,24 @@ HERE = Path(__file__).parent
 PLANS = {
     "full": {
         "scale": ["--resources", "1000000", "--runs", "30"],
-        "read": ["--seconds", "5", "--rounds", "7", "--concurrency", "32"],
+        "read": ["--seconds", "5", "--rounds", "7", "--concurrency", "16"],
         "import": ["--resources", "100000", "--rounds", "2"],
         "start": ["--rounds", "3"],
         "fanout": [],
         "streams": [],
+        "keepalive": ["--requests", "200"],
     },
     "quick": {
         "scale": ["--resources", "100000", "--runs", "8"],
-        "read": ["--seconds", "4", "--rounds", "2", "--concurrency", "32"],
+        "read": ["--seconds", "4", "--rounds", "2", "--concurrency", "16"],
         "import": ["--resources", "20000", "--rounds", "1"],
         "start": ["--rounds", "1"],
         "fanout": ["--updates", "50"],
         "streams": ["--sizes", "1,100", "--updates", "20"],
+        "keepalive": ["--requests", "40"],
     },
 }
-ORDER = ["scale", "read", "import", "start", "fanout", "streams"]
+ORDER = ["scale", "read", "import", "start", "fanout", "streams", "keepalive"]
 
 
 def main() -> int:

@@ -1,5 +1,7 @@
-"""Start-up: ``catalog serve`` until /readyz answers 200, cold (a fresh home: initdb, start,
-migrate) and warm (the same home again), against the embedded PostgreSQL alone in the same run.
+"""Start-up: ``python -m catalog serve`` as a user starts it with no database configured (the
+embedded PostgreSQL under ``CATALOG_HOME``), until every worker has started and /readyz answers 200:
+cold (a fresh home: initdb, start, migrate) and warm (the same home again), against the embedded
+PostgreSQL alone in the same run.
 
 Each round: cold catalog, cold PostgreSQL alone (initdb + start in a fresh home), warm catalog,
 warm PostgreSQL alone (start on that existing data directory); the ratios are per round. The
@@ -20,32 +22,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import (
-    ADMIN_TOKEN,
-    ServerProcess,
-    catalog_env,
-    free_port,
-    stop_process,
-    wait_ready,
-    write_result,
-)
+from bench.harness import ADMIN_TOKEN, catalog_env, catalog_serve, write_result
 
 
 def serve_until_ready(home: Path) -> float:
-    port = free_port()
+    """Seconds from starting ``catalog serve`` on ``home`` until it is ready (then it is stopped)."""
     env = catalog_env(CATALOG_HOME=str(home), CATALOG_ADMIN_TOKEN=ADMIN_TOKEN)
-    started = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "catalog", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_ready(ServerProcess(process, port), "/readyz", timeout=180)
-        return time.perf_counter() - started
-    finally:
-        stop_process(process)
+    with catalog_serve(env, timeout=180) as server:
+        return server.ready_seconds
 
 
 def postgres_alone(home: Path) -> float:

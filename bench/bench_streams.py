@@ -1,5 +1,6 @@
 """Fan-out through real listen streams: N ``subscriptions/listen`` SSE streams over loopback, spread
-across the workers of one ``catalog serve --workers 2`` process, all watching one URI.
+across the workers of one ``python -m catalog serve --workers 2 --demo`` process (started as a user
+starts it), all watching one URI.
 
 - latency: the URI is updated in SQL (autocommit), one update at a time once every stream has the
   previous one; measured from sending the UPDATE until every stream has read its
@@ -26,25 +27,17 @@ import contextlib
 import json
 import os
 import platform
-import queue
 import resource
-import secrets
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 import psutil
 
-from bench.harness import RESULTS, Database, bench_database, summary
+from bench.harness import RESULTS, Database, ServerProcess, bench_database, catalog_serve, server_env, summary
 
 URI = "test://watched-resource"  # a demo resource, visible to anonymous callers
 UPDATED = b'"notifications/resources/updated"'
@@ -57,92 +50,28 @@ WAIT = 30.0
 # -- the server ---------------------------------------------------------------------------------------
 
 
-@dataclass
-class Server:
-    process: subprocess.Popen[str]
-    port: int
-    admin_token: str = ""
-    lines: queue.Queue[str | None] = field(default_factory=queue.Queue)
-
-    def pump(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def wait_for(self, text: str, count: int, timeout: float = 120) -> None:
-        seen = 0
-        deadline = time.monotonic() + timeout
-        while seen < count:
-            line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            if line is None:
-                raise RuntimeError(f"catalog serve exited ({self.process.wait()})")
-            if text in line:
-                seen += 1
-
-    def workers(self) -> list[psutil.Process]:
-        out = []
-        for child in psutil.Process(self.process.pid).children():
-            with contextlib.suppress(psutil.Error):
-                if any(
-                    c.status == psutil.CONN_LISTEN and c.laddr.port == self.port
-                    for c in child.net_connections("tcp")
-                ):
-                    out.append(child)
-        return out
-
-    def streams_per_worker(self) -> list[int]:
-        return [
-            sum(
-                1
-                for c in w.net_connections("tcp")
-                if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == self.port
-            )
-            for w in self.workers()
-        ]
-
-    def memory(self) -> dict[str, int]:
-        infos = [w.memory_full_info() for w in self.workers()]
-        return {"rss": sum(i.rss for i in infos), "uss": sum(i.uss for i in infos)}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
-def serve(database: Database, workers: int) -> Iterator[Server]:
-    home = Path(tempfile.mkdtemp(prefix="catalog-bench-home-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
-    admin_token = "cat_" + secrets.token_urlsafe(24)
-    env.update(
-        CATALOG_DATABASE_URL=database.url,
-        CATALOG_HOME=str(home),
-        CATALOG_ADMIN_TOKEN=admin_token,
-        CATALOG_SECRET_KEY=secrets.token_urlsafe(32),
-    )
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "catalog", "serve", "--port", str(port), "--workers", str(workers), "--demo"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    server = Server(process, port, admin_token)
-    threading.Thread(target=server.pump, daemon=True).start()
-    try:
-        server.wait_for("Application startup complete", workers)
+def serve(database: Database, workers: int) -> Iterator[ServerProcess]:
+    """``python -m catalog serve --workers N --demo`` on the benchmark database, as a user starts it."""
+    home = tempfile.mkdtemp(prefix="catalog-bench-home-")
+    with catalog_serve(server_env(database.url, home), workers=workers, demo=True) as server:
         yield server
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+
+
+def streams_per_worker(server: ServerProcess) -> list[int]:
+    return [
+        sum(
+            1
+            for c in w.net_connections("tcp")
+            if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == server.port
+        )
+        for w in server.workers()
+    ]
+
+
+def worker_memory(server: ServerProcess) -> dict[str, int]:
+    infos = [w.memory_full_info() for w in server.workers()]
+    return {"rss": sum(i.rss for i in infos), "uss": sum(i.uss for i in infos)}
 
 
 # -- raw listen streams -------------------------------------------------------------------------------
@@ -247,12 +176,12 @@ async def open_streams(port: int, fanout: Fanout, first_id: int, count: int) -> 
     return streams
 
 
-async def settle(server: Server, expected: int) -> None:
+async def settle(server: ServerProcess, expected: int) -> None:
     """Setup only: wait until the workers hold ``expected`` connections (closing is asynchronous)."""
     deadline = time.monotonic() + WAIT
-    while sum(server.streams_per_worker()) != expected:
+    while sum(streams_per_worker(server)) != expected:
         if time.monotonic() > deadline:
-            raise RuntimeError(f"workers hold {server.streams_per_worker()}, expected {expected}")
+            raise RuntimeError(f"workers hold {streams_per_worker(server)}, expected {expected}")
         await asyncio.sleep(0.1)
     await asyncio.sleep(1.0)  # let the workers finish what the opening started
 
@@ -261,7 +190,7 @@ async def settle(server: Server, expected: int) -> None:
 
 
 async def measure(
-    server: Server, database: Database, sizes: list[int], updates: int
+    server: ServerProcess, database: Database, sizes: list[int], updates: int
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     fanout = Fanout()
     writer = await asyncpg.connect(database.dsn)
@@ -293,7 +222,7 @@ async def measure(
     for stream in warm:
         await stream.close()
     await settle(server, 0)
-    baseline = server.memory()
+    baseline = worker_memory(server)
 
     rows: list[dict[str, Any]] = []
     streams: list[RawStream] = []
@@ -303,8 +232,8 @@ async def measure(
         next_id += len(more)
         streams += more
         await settle(server, len(streams))
-        memory = server.memory()
-        per_worker = server.streams_per_worker()
+        memory = worker_memory(server)
+        per_worker = streams_per_worker(server)
         # every stream starts this size's round level (the new ones have seen no update yet)
         level = max(s.updates for s in streams)
         for s in streams:

@@ -1,4 +1,5 @@
-"""Shared pieces of the benchmarks: a database to run on, bulk seeding with COPY, timing helpers.
+"""Shared pieces of the benchmarks: a database to run on, bulk seeding with COPY, the servers
+(``catalog serve`` as a user starts it, and the baselines, each a process of its own), timing helpers.
 
 Every figure a benchmark reports is paired with a baseline measured in the same run, interleaved,
 so the ratio holds on a noisy machine even when absolute times drift.
@@ -10,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -25,6 +27,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import psutil
 from sqlalchemy.engine import make_url
 
 from catalog.db import migrate
@@ -121,6 +124,44 @@ async def seed_resources(
     return tenant_id
 
 
+PLAIN_TABLE = "bench_plain"
+
+
+async def plain_copy(database: Database, tenant_id: int, table: str = PLAIN_TABLE) -> int:
+    """A plain copy of one tenant's resources for the floor baselines: the same rows (uri, name, mime
+    type, size, text) in a table with a "C"-collated primary key on the URI (the index a keyset page
+    and a read by URI need) and nothing else: no tenant column, no triggers, no row-level security.
+    Returns the number of rows."""
+    conn = await asyncpg.connect(database.dsn)
+    try:
+        await conn.execute(
+            f'CREATE TABLE {table} (uri text COLLATE "C" PRIMARY KEY, name text NOT NULL,'
+            " mime_type text, size bigint, text text)"
+        )
+        status = await conn.execute(
+            f"INSERT INTO {table} SELECT uri, name, mime_type, size, text FROM resources"
+            " WHERE tenant_id = $1 ORDER BY uri",
+            tenant_id,
+        )
+        await conn.execute(f"ANALYZE {table}")
+        return int(status.split()[-1])
+    finally:
+        await conn.close()
+
+
+def admin_api_token(server: ServerProcess, slug: str, **body: Any) -> str:
+    """A bearer token of tenant ``slug``, created through the running server's admin API with the
+    platform admin token (the public contract, so the benchmarks need none of the core's internals)."""
+    response = httpx.post(
+        f"{server.base_url}/admin/v1/tenants/{slug}/tokens",
+        json={"name": "bench", **body},
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        timeout=30,
+    )
+    response.raise_for_status()
+    return response.json()["token"]
+
+
 async def interleaved(
     runs: int, *cases: tuple[str, Callable[[], Awaitable[Any]]], warmup: int = 3
 ) -> dict[str, list[float]]:
@@ -175,40 +216,123 @@ def catalog_env(**overrides: str) -> dict[str, str]:
 
 @dataclass
 class ServerProcess:
+    """A server the benchmark started: its process, port and log (stdout and stderr, in a file, so a
+    chatty server never blocks on a full pipe and a failure can show what it printed)."""
+
     process: subprocess.Popen[bytes]
     port: int
+    log: Path
     host: str = "127.0.0.1"
+    started_at: float = 0.0  # time.perf_counter() just before the process was started
+    ready_seconds: float = 0.0  # from then until it was ready
 
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    def printed(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def workers(self) -> list[psutil.Process]:
+        """The processes that accept connections: the children holding the listening socket
+        (``catalog serve --workers N``), or the process itself (one worker)."""
+        top = psutil.Process(self.process.pid)
+
+        def listens(process: psutil.Process) -> bool:
+            with contextlib.suppress(psutil.Error):
+                return any(
+                    c.status == psutil.CONN_LISTEN and c.laddr.port == self.port
+                    for c in process.net_connections("tcp")
+                )
+            return False
+
+        return [child for child in top.children() if listens(child)] or [top]
+
+    def worker_of(self, local_port: int) -> int | None:
+        """The pid of the worker holding the server side of our connection from ``local_port``."""
+        for worker in self.workers():
+            with contextlib.suppress(psutil.Error):
+                for c in worker.net_connections("tcp"):
+                    if c.laddr.port == self.port and c.raddr and c.raddr.port == local_port:
+                        return worker.pid
+        return None
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time so far of the process and every live process under it (the
+        workers of ``--workers N``; with one worker ``catalog serve`` serves in its own process)."""
+        top = psutil.Process(self.process.pid)
+        total = 0.0
+        for process in [top, *top.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                total += times.user + times.system
+        return total
+
+
+def _start(command: list[str], env: dict[str, str], port: int, prefix: str) -> ServerProcess:
+    log = Path(tempfile.mkdtemp(prefix=f"catalog-bench-{prefix}-")) / "server.log"
+    with log.open("wb") as out:
+        started_at = time.perf_counter()
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    return ServerProcess(process, port, log, started_at=started_at)
+
+
+@contextlib.contextmanager
+def catalog_serve(
+    env: dict[str, str], *, workers: int = 1, demo: bool = False, timeout: float = 60
+) -> Iterator[ServerProcess]:
+    """``python -m catalog serve --port P [--workers N] [--demo]``: the server under test, started
+    exactly as a user starts it (its CLI, its defaults, its own socket handling and uvicorn set-up),
+    configured only by ``env`` (see :func:`server_env`). Yields once every worker has finished its
+    start-up and /readyz answers 200; stopped with SIGTERM, as an operator stops it."""
+    port = free_port()
+    command = [sys.executable, "-m", "catalog", "serve", "--port", str(port)]
+    if workers != 1:  # the default stays the CLI's own
+        command += ["--workers", str(workers)]
+    if demo:
+        command.append("--demo")
+    served = _start(command, env, port, "serve")
+    try:
+        served.ready_seconds = wait_ready(served, "/readyz", timeout, startups=workers)
+        yield served
+    finally:
+        _stop(served)
 
 
 @contextlib.contextmanager
 def uvicorn_process(
     factory: str, env: dict[str, str], *, ready_path: str | None = "/readyz", timeout: float = 60
 ) -> Iterator[ServerProcess]:
-    """``uvicorn --factory FACTORY`` in a process of its own (one worker, uvloop/httptools as catalog
-    serve picks them), waited for until ``ready_path`` answers 200; stopped with SIGTERM."""
+    """A baseline or an in-app variant: ``uvicorn --factory FACTORY`` in a process of its own (one
+    worker; uvloop and httptools, as ``catalog serve`` picks them; no access log), waited for until
+    ``ready_path`` answers 200 (None: until the port accepts); stopped with SIGTERM."""
     port = free_port()
     command = [sys.executable, "-m", "uvicorn", "--factory", factory, "--host", "127.0.0.1"]
     command += ["--port", str(port), "--log-level", "warning", "--no-access-log"]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    served = ServerProcess(process, port)
+    served = _start(command, env, port, "uvicorn")
     try:
-        wait_ready(served, ready_path, timeout)
+        served.ready_seconds = wait_ready(served, ready_path, timeout)
         yield served
     finally:
-        stop_process(process)
+        _stop(served)
 
 
-def wait_ready(served: ServerProcess, path: str | None, timeout: float) -> float:
-    """Poll ``path`` until 200 (None: until the port accepts); returns the seconds waited."""
-    started = time.perf_counter()
+def _stop(served: ServerProcess) -> None:
+    stop_process(served.process)
+    # A failed start has already shown the log's tail in its error.
+    shutil.rmtree(served.log.parent, ignore_errors=True)
+
+
+def wait_ready(served: ServerProcess, path: str | None, timeout: float, *, startups: int = 0) -> float:
+    """Poll until ``startups`` workers have logged uvicorn's "Application startup complete" and
+    ``path`` answers 200 (None: until the port accepts); returns the seconds since the process started."""
+    started = served.started_at
     while time.perf_counter() - started < timeout:
         if served.process.poll() is not None:
-            err = served.process.stderr.read().decode(errors="replace") if served.process.stderr else ""
-            raise RuntimeError(f"server exited ({served.process.returncode}):\n{err[-4000:]}")
+            raise RuntimeError(f"server exited ({served.process.returncode}):\n{served.printed()[-4000:]}")
+        if startups and served.printed().count("Application startup complete") < startups:
+            time.sleep(0.02)
+            continue
         if path is None:
             with (
                 contextlib.suppress(OSError),
@@ -220,7 +344,7 @@ def wait_ready(served: ServerProcess, path: str | None, timeout: float) -> float
                 if httpx.get(served.base_url + path, timeout=2).status_code == 200:
                     return time.perf_counter() - started
         time.sleep(0.02)
-    raise RuntimeError(f"{served.base_url}{path} not ready within {timeout}s")
+    raise RuntimeError(f"{served.base_url}{path} not ready within {timeout}s:\n{served.printed()[-4000:]}")
 
 
 def stop_process(process: subprocess.Popen[Any], timeout: float = 30) -> None:
@@ -258,15 +382,3 @@ async def core_catalog(database: Database) -> AsyncIterator[Any]:
         yield Catalog(engine=engine, settings=settings)
     finally:
         await engine.dispose()
-
-
-async def tenant_token(catalog: Any, slug: str, **body: Any) -> str:
-    """A bearer token of tenant ``slug``, minted through the core (as the admin API would)."""
-    from catalog.core.principal import Principal
-    from catalog.core.schemas import TokenIn
-    from catalog.core.tenants import get_tenant
-    from catalog.core.tokens import create_token
-
-    tenant = await get_tenant(catalog, slug)
-    created = await create_token(catalog, Principal.system("bench"), tenant, TokenIn.model_validate(body))
-    return created.token

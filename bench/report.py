@@ -35,29 +35,76 @@ def _x(value: float) -> str:
 
 
 def goal_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Issue 13's goals (each a ratio in one run, through ``catalog serve`` with its defaults) and
+    issue 11's keep-alive row."""
     rows: list[tuple[str, str, str, str]] = []
-    scale, read, start, load_, fanout = (
-        results.get(k) for k in ("scale", "read", "start", "import", "fanout")
+    scale, read, start, load_, fanout, keepalive = (
+        results.get(k) for k in ("scale", "read", "start", "import", "fanout", "keepalive")
     )
+    if read:
+        clients = read["concurrency"]
+        for baseline, what in (
+            ("floor", "a bare Starlette route on raw asyncpg (the floor)"),
+            ("sdk", "the SDK's in-memory `MCPServer`"),
+        ):
+            ratio = read[f"catalog_vs_{baseline}_ratio"]
+            rows.append(
+                (
+                    f"1. `resources/read` throughput ({clients} keep-alive clients) vs {what}",
+                    ">= 0.5x",
+                    f"{_x(ratio)} ({read['cases']['catalog']['rps_median']:.0f} vs"
+                    f" {read['cases'][baseline]['rps_median']:.0f} req/s; by server CPU per request"
+                    f" {_x(read[f'catalog_vs_{baseline}_cpu_ratio'])})",
+                    _ok(ratio >= 0.5),
+                )
+            )
     if scale:
         n = f"{scale['resources']:,}"
         http, core = scale["http"], scale["core"]
+        ratio = http["depth"]["first_page_vs_floor_ratio"]
+        rows.append(
+            (
+                f"2. first `resources/list` page (100) vs the floor's keyset page of the same rows,"
+                f" {n} resources",
+                "<= 2x",
+                f"{_x(ratio)} ({http['depth']['keyset_median_ms'][0]:.1f} vs"
+                f" {http['depth']['floor_median_ms'][0]:.1f} ms)",
+                _ok(ratio <= 2),
+            )
+        )
         ratio = http["depth"]["keyset_90_vs_first_ratio"]
         rows.append(
             (
-                f"1. deep page (90%) vs first page, `resources/list` over HTTP, {n} resources",
+                f"2. deep page (90%) vs first page, `resources/list`, {n} resources",
                 "<= 1.3x",
                 f"{_x(ratio)} (core {_x(core['depth']['keyset_90_vs_first_ratio'])}; OFFSET"
                 f" {http['depth']['offset_90_vs_first_ratio']:.0f}x)",
                 _ok(ratio <= 1.3),
             )
         )
-        sparse = http["sparse"]
-        worst = max(sparse["first_page_ratio_sparse_vs_admin"], sparse["middle_page_ratio_sparse_vs_admin"])
-        core_sparse = core["sparse"]
+    if load_:
+        ratio = load_["import_vs_plain_copy_speed_ratio"]
         rows.append(
             (
-                f"2. sparse principal ({100 * sparse['visible_fraction']:.1f}% via 20 prefix + 5 tag grants) vs admin",
+                f"3. `catalog import` of {load_['resources']:,} resources (JSONL) vs COPY into a plain table"
+                " (no triggers), speed",
+                ">= 0.2",
+                f"{ratio:.3f} ({load_['import_rows_per_s']:.0f} vs"
+                f" {load_['plain_copy_rows_per_s']:.0f} rows/s);"
+                f" vs COPY into `resources`, triggers on, {load_['import_vs_copy_speed_ratio']:.2f}",
+                _ok(ratio >= 0.2),
+            )
+        )
+    rows.extend(_fanout_rows(fanout))
+    if scale:
+        n = f"{scale['resources']:,}"
+        sparse = scale["http"]["sparse"]
+        worst = max(sparse["first_page_ratio_sparse_vs_admin"], sparse["middle_page_ratio_sparse_vs_admin"])
+        core_sparse = scale["core"]["sparse"]
+        rows.append(
+            (
+                f"5. sparse principal ({100 * sparse['visible_fraction']:.1f}% via 20 prefix + 5 tag grants) vs"
+                f" admin, {n} resources",
                 "<= 2x",
                 f"first {_x(sparse['first_page_ratio_sparse_vs_admin'])}, middle"
                 f" {_x(sparse['middle_page_ratio_sparse_vs_admin'])} (core"
@@ -66,52 +113,50 @@ def goal_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 _ok(worst <= 2),
             )
         )
-    if read:
-        ratio = read["catalog_vs_bare_ratio"]
-        rows.append(
-            (
-                f"3. `resources/read` throughput vs a bare FastAPI route ({read['concurrency']} clients)",
-                ">= 0.6x",
-                f"{_x(ratio)} ({read['cases']['catalog']['rps_median']:.0f} vs"
-                f" {read['cases']['bare']['rps_median']:.0f} req/s); vs SDK in-memory"
-                f" {_x(read['catalog_vs_sdk_ratio'])}",
-                _ok(ratio >= 0.6),
-            )
-        )
-    if scale:
         completion = scale["http"]["completion"]
         worst = completion["worst_ratio"]
+        failed = completion.get("failed") or {}
+        cases = len(completion["ratios_vs_first_page"]) + len(failed)
         rows.append(
             (
-                f"4. completion over {scale['resources']:,} URIs vs first list page (worst of 4 cases)",
+                f"5. completion over {n} URIs vs first list page (worst of {cases} cases)",
                 "<= 2x",
-                _x(worst),
-                _ok(worst <= 2),
+                f"{len(failed)} failed ({', '.join(f'`{name}`' for name in failed)})"
+                if worst is None
+                else _x(worst),
+                _ok(worst is not None and worst <= 2),
             )
         )
-    if load_:
-        ratio = load_["import_vs_copy_speed_ratio"]
-        rows.append(
-            (
-                f"5. `catalog import` of {load_['resources']:,} resources (JSONL) vs plain COPY, speed",
-                ">= 0.33",
-                f"{ratio:.2f} ({load_['import_rows_per_s']:.0f} vs {load_['copy_rows_per_s']:.0f} rows/s)",
-                _ok(ratio >= 1 / 3),
-            )
-        )
-    rows.extend(_fanout_rows(fanout))
     if start:
         s = start["seconds"]
         rows.append(
             (
-                "7. `catalog serve` to /readyz 200: cold (fresh home, initdb) / warm",
-                "measured",
-                f"{s['cold']['median']:.1f}s / {s['warm']['median']:.1f}s (PostgreSQL alone"
-                f" {s['cold_postgres']['median']:.1f}s / {s['warm_postgres']['median']:.1f}s)",
-                "measured",
+                "6. warm `catalog serve` (embedded PostgreSQL, the same home) to /readyz 200",
+                "< 1.5 s",
+                f"{s['warm']['median']:.1f}s (PostgreSQL alone {s['warm_postgres']['median']:.1f}s);"
+                f" cold {s['cold']['median']:.1f}s (PostgreSQL alone {s['cold_postgres']['median']:.1f}s)",
+                _ok(s["warm"]["median"] < 1.5),
+            )
+        )
+    if keepalive:
+        worst = max(keepalive["rows"], key=lambda row: row["keepalive_vs_fresh_ratio"])
+        rows.append(
+            (
+                "keep-alive vs fresh-connection request latency through `catalog serve` (issue 11; worst of"
+                f" {len(keepalive['rows'])}: `/healthz` and `/mcp` read, on"
+                f" {' and '.join(map(str, keepalive['workers']))} workers)",
+                f"<= {KEEPALIVE_LIMIT}x",
+                f"{_x(worst['keepalive_vs_fresh_ratio'])} ({worst['route']}, {worst['workers']} worker(s):"
+                f" {worst['keepalive']['median_ms']:.2f} vs {worst['fresh']['median_ms']:.2f} ms)",
+                _ok(worst["keepalive_vs_fresh_ratio"] <= KEEPALIVE_LIMIT),
             )
         )
     return rows
+
+
+# A warm keep-alive request skips the handshake, so it is at most as slow as a fresh connection's;
+# the stall fixed in dde4bcb (Nagle on accepted sockets, ~40 ms per keep-alive request) made it 6-23x.
+KEEPALIVE_LIMIT = 1.5
 
 
 def _find(data: Any, *needles: str) -> float | None:
@@ -135,7 +180,7 @@ def _find(data: Any, *needles: str) -> float | None:
 
 def _fanout_rows(fanout: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
     if not fanout:
-        return [("6. fan-out (bench/results/fanout.json)", "p99 < 250 ms, < 64 KiB", "not measured", "n/a")]
+        return [("4. fan-out (bench/results/fanout.json)", "p99 < 500 ms, < 32 KiB", "not measured", "n/a")]
     rows = []
     streams = fanout.get("streams")
     if streams and streams.get("latency_and_memory"):
@@ -144,11 +189,11 @@ def _fanout_rows(fanout: dict[str, Any] | None) -> list[tuple[str, str, str, str
         memory = largest["memory"]["rss_bytes_per_idle_stream"]
         rows.append(
             (
-                f"6. fan-out: {largest['streams']} MCP listen streams across {streams.get('workers', 2)} workers,"
-                " commit to last delivery (fanout.json `streams`)",
-                "p99 < 250 ms; < 64 KiB per idle stream",
+                f"4. fan-out: {largest['streams']:,} MCP listen streams across {streams.get('workers', 2)} workers"
+                " of `catalog serve`, commit to last delivery (fanout.json `streams`; the goal is at 10,000)",
+                "p99 < 500 ms; < 32 KiB per idle stream",
                 f"p99 {last['p99_ms']:.0f} ms (median {last['median_ms']:.0f}); {memory / 1024:.1f} KiB per idle stream",
-                _ok(last["p99_ms"] < 250 and memory < 64 * 1024),
+                _ok(last["p99_ms"] < 500 and memory < 32 * 1024),
             )
         )
     hub = fanout.get("hub")
@@ -157,11 +202,12 @@ def _fanout_rows(fanout: dict[str, Any] | None) -> list[tuple[str, str, str, str
         memory = hub["memory"]["bytes_per_subscription_after_one_event"]
         rows.append(
             (
-                f"6. fan-out at the hub: {largest['subscriptions']} subscriptions, commit to all (fanout.json `hub`)",
-                "p99 < 250 ms; < 64 KiB each",
+                f"4. (component) fan-out at the hub, in one process: {largest['subscriptions']:,} subscriptions,"
+                " commit to all (fanout.json `hub`)",
+                "p99 < 500 ms; < 32 KiB each",
                 f"p99 {largest['update_to_all']['p99_ms']:.1f} ms (median"
                 f" {largest['update_to_all']['median_ms']:.1f}); {memory / 1024:.2f} KiB per subscription",
-                _ok(largest["update_to_all"]["p99_ms"] < 250 and memory < 64 * 1024),
+                _ok(largest["update_to_all"]["p99_ms"] < 500 and memory < 32 * 1024),
             )
         )
     return rows
@@ -193,11 +239,22 @@ def generated(results: dict[str, Any]) -> str:
         rows = []
         for level in ("core", "http"):
             depth = scale[level]["depth"]
-            for d, k, o in zip(
-                depth["depth_percent"], depth["keyset_median_ms"], depth["offset_median_ms"], strict=True
+            floor = depth.get("floor_median_ms") or [None] * len(depth["depth_percent"])
+            for d, k, f, o in zip(
+                depth["depth_percent"],
+                depth["keyset_median_ms"],
+                floor,
+                depth["offset_median_ms"],
+                strict=True,
             ):
-                rows.append([level, f"{d}%", f"{k:.1f}", f"{o:.1f}"])
-        parts.append(_table(["level", "depth", "keyset", "OFFSET"], rows))
+                rows.append([level, f"{d}%", f"{k:.1f}", "" if f is None else f"{f:.1f}", f"{o:.1f}"])
+        parts += [
+            "http: `resources/list` on `catalog serve`; floor: raw asyncpg keyset page of a plain copy of the"
+            " same rows (its own process); OFFSET: a bare route inside catalog's app (its own process)."
+            " core: `list_page` and an OFFSET query, in the benchmark's process.",
+            "",
+        ]
+        parts.append(_table(["level", "depth", "keyset (catalog)", "floor keyset", "OFFSET"], rows))
         parts += ["", "![keyset vs OFFSET page latency against depth](bench/results/depth.png)"]
         parts += ["", "### Sparse visibility (medians in ms)", ""]
         rows = []
@@ -231,39 +288,87 @@ def generated(results: dict[str, Any]) -> str:
                     f"{answer['values']} values, total {answer['total']}, hasMore {answer['hasMore']}",
                 ]
             )
+        for name, failure in (completion.get("failed") or {}).items():
+            error = failure["error"] or {}
+            rows.append(
+                [
+                    f"`{name}`",
+                    f"failed after {1000 * failure['seconds']:.0f}",
+                    "",
+                    f"error {error.get('code')}: {error.get('message')}",
+                ]
+            )
         parts.append(_table(["request", "median", "vs first page", "answer"], rows))
+        if completion.get("timed_once"):
+            parts += [
+                "",
+                "Timed once (slower than a second, far off the goal): "
+                + ", ".join(f"`{name}`" for name in completion["timed_once"])
+                + ".",
+            ]
     read = results.get("read")
     if read:
         parts += [
             "",
-            f"### Read throughput ({read['concurrency']} clients, {read['rounds']} rounds of {read['seconds_per_case']:.0f}s each)",
+            f"### Read throughput ({read['concurrency']} keep-alive clients, {read['rounds']} rounds of"
+            f" {read['seconds_per_case']:.0f}s each, every server a process of its own)",
             "",
         ]
+        labels = {
+            "catalog": "`catalog serve` (1 worker)",
+            "floor": "floor: Starlette + raw asyncpg",
+            "sdk": "SDK `MCPServer`, in memory",
+            "inapp": "bare route inside catalog's app (extra column)",
+        }
         rows = [
             [
-                name,
+                labels.get(name, name),
                 f"{case['rps_median']:.0f}",
                 f"{case['latency_median_ms']:.1f}",
                 f"{case['latency_p99_ms']:.1f}",
+                f"{case['server_cpu_ms_per_request']:.2f}",
+                "" if name == "catalog" else _x(read[f"catalog_vs_{name}_ratio"]),
                 str(case["errors"]),
             ]
             for name, case in read["cases"].items()
         ]
-        parts.append(_table(["server", "req/s", "median ms", "p99 ms", "errors"], rows))
-        parts += ["", f"Same JSON body from catalog and the bare route: {read['same_json_as_bare']}."]
+        parts.append(
+            _table(
+                ["server", "req/s", "median ms", "p99 ms", "server CPU ms/req", "catalog / this", "errors"],
+                rows,
+            )
+        )
+        parts += [
+            "",
+            f"Same JSON body from catalog and the in-app route: {read['same_json_as_inapp']}; same contents"
+            f" from the floor: {read['same_contents_as_floor']}.",
+        ]
     load_ = results.get("import")
     if load_:
         parts += ["", f"### Import ({load_['resources']:,} resources, {load_['rounds']} rounds)", ""]
         parts.append(
             _table(
-                ["", "median s", "rows/s"],
+                ["", "median s", "rows/s", "import / this (speed)"],
                 [
                     [
                         "`catalog import` (process)",
                         f"{load_['import_seconds']['median']:.2f}",
                         f"{load_['import_rows_per_s']:.0f}",
+                        "",
                     ],
-                    ["COPY", f"{load_['copy_seconds']['median']:.2f}", f"{load_['copy_rows_per_s']:.0f}"],
+                    [
+                        "COPY into a plain table, no triggers (the floor; its whole process:"
+                        f" {load_['plain_copy_process_seconds']['median']:.2f} s)",
+                        f"{load_['plain_copy_seconds']['median']:.2f}",
+                        f"{load_['plain_copy_rows_per_s']:.0f}",
+                        f"{load_['import_vs_plain_copy_speed_ratio']:.3f}",
+                    ],
+                    [
+                        "COPY into `resources`, triggers on (extra column)",
+                        f"{load_['copy_seconds']['median']:.2f}",
+                        f"{load_['copy_rows_per_s']:.0f}",
+                        f"{load_['import_vs_copy_speed_ratio']:.2f}",
+                    ],
                 ],
             )
         )
@@ -346,6 +451,49 @@ def generated(results: dict[str, Any]) -> str:
                 rows,
             ),
         ]
+    keepalive = results.get("keepalive")
+    if keepalive:
+        parts += [
+            "",
+            f"### Keep-alive vs fresh connection through `catalog serve` ({keepalive['requests_per_case']}"
+            " requests each way, interleaved; ms)",
+            "",
+        ]
+        rows = [
+            [
+                str(row["workers"]),
+                f"`{row['route']}`",
+                f"{row['keepalive']['median_ms']:.2f}",
+                f"{row['keepalive']['p99_ms']:.1f}",
+                f"{row['fresh']['median_ms']:.2f}",
+                f"{row['fresh']['p99_ms']:.1f}",
+                f"{row['fresh_connect']['median_ms']:.2f}",
+                _x(row["keepalive_vs_fresh_ratio"]),
+            ]
+            for row in keepalive["rows"]
+        ]
+        parts.append(
+            _table(
+                [
+                    "workers",
+                    "request",
+                    "keep-alive median",
+                    "keep-alive p99",
+                    "fresh median",
+                    "fresh p99",
+                    "of which connect",
+                    "keep-alive / fresh",
+                ],
+                rows,
+            )
+        )
+    stale = results.get("_stale") or []
+    if stale:
+        parts += [
+            "",
+            "Not shown (results from before the benchmarks drove `catalog serve` and its floors; re-run"
+            f" `python -m bench --only {','.join(stale)}`): {', '.join(f'`{n}.json`' for n in stale)}.",
+        ]
     return "\n".join(parts)
 
 
@@ -360,8 +508,10 @@ def depth_png(scale: dict[str, Any] | None) -> Path | None:
     figure, axes = plt.subplots(figsize=(7, 4.2), dpi=110)
     for level, style in (("http", "-"), ("core", "--")):
         depth = scale[level]["depth"]
-        keyset_label = "keyset, resources/list on /mcp" if level == "http" else "keyset, core list_page"
-        offset_label = "OFFSET, bare route of the app" if level == "http" else "OFFSET, core query"
+        keyset_label = (
+            "keyset, resources/list on catalog serve" if level == "http" else "keyset, core list_page"
+        )
+        offset_label = "OFFSET, bare route in catalog's app" if level == "http" else "OFFSET, core query"
         axes.plot(
             depth["depth_percent"],
             depth["keyset_median_ms"],
@@ -378,6 +528,15 @@ def depth_png(scale: dict[str, Any] | None) -> Path | None:
             color="tab:red",
             label=offset_label,
         )
+        if depth.get("floor_median_ms"):
+            axes.plot(
+                depth["depth_percent"],
+                depth["floor_median_ms"],
+                style,
+                marker="^",
+                color="tab:green",
+                label="floor: keyset on raw asyncpg, plain table",
+            )
     axes.set_xlabel("depth of the page (% of the way through the listing)")
     axes.set_ylabel("page latency, median (ms)")
     axes.set_title(f"resources/list page of {scale['page']} at {scale['resources']:,} resources")
@@ -390,8 +549,30 @@ def depth_png(scale: dict[str, Any] | None) -> Path | None:
     return path
 
 
+# A key each result has had since the benchmarks drove ``catalog serve`` against the floors; a file
+# without it is from before and is left out of the tables rather than shown against old baselines.
+CURRENT = {
+    "scale": ("http", "depth", "first_page_vs_floor_ratio"),
+    "read": ("catalog_vs_floor_ratio",),
+    "import": ("import_vs_plain_copy_speed_ratio",),
+}
+NAMES = ("scale", "read", "start", "import", "fanout", "keepalive")
+
+
+def _current(name: str, result: dict[str, Any] | None) -> bool:
+    node: Any = result
+    for key in CURRENT.get(name, ()):
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+    return True
+
+
 def write(mode: str | None = None) -> None:
-    results: dict[str, Any] = {name: load(name) for name in ("scale", "read", "start", "import", "fanout")}
+    loaded = {name: load(name) for name in NAMES}
+    stale = [name for name, result in loaded.items() if result is not None and not _current(name, result)]
+    results: dict[str, Any] = {name: None if name in stale else result for name, result in loaded.items()}
+    results["_stale"] = stale
     results["_mode"] = mode or (load("run") or {}).get("mode", "unknown")
     depth_png(results["scale"])
     block = f"{START}\n{generated(results)}\n{END}"

@@ -1,4 +1,5 @@
-"""Soak: ``catalog serve --workers 2`` under readers, listers, writers and listen streams at once.
+"""Soak: ``python -m catalog serve --workers 2 --demo`` (started as a user starts it, on a fresh
+benchmark database) under readers, listers, writers and listen streams at once.
 
 For a bounded time, on loopback only: anonymous readers (``resources/read``) and listers (walking
 ``resources/list`` pages by ``nextCursor``) of the demo tenant, curators writing through the admin
@@ -18,7 +19,7 @@ import time
 from typing import Any
 
 from bench.bench_streams import URI, Fanout, open_streams, serve
-from bench.harness import bench_database, summary, write_result
+from bench.harness import ADMIN_TOKEN, bench_database, summary, write_result
 from bench.http import Connection, _request, mcp_request
 
 
@@ -101,7 +102,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 *(reader(server.port, deadline, tallies["read"]) for _ in range(args.readers)),
                 *(lister(server.port, deadline, tallies["list"]) for _ in range(args.listers)),
                 *(
-                    writer(server.port, server.admin_token, deadline, tallies["write"], n)
+                    writer(server.port, ADMIN_TOKEN, deadline, tallies["write"], n)
                     for n in range(args.writers)
                 ),
             )
