@@ -14,8 +14,9 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
+from catalog.bootstrap import open_catalog
 from catalog.core.service import Catalog
-from catalog.db.engine import create_engine, database_unavailable, probe_app_role
+from catalog.db.engine import database_unavailable
 from catalog.db.migrate import head_revision
 from catalog.events import events_lifespan
 from catalog.limits import RequestLimits
@@ -58,20 +59,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        url = settings.async_database_url()
-        engine = create_engine(
-            url, statement_timeout_ms=settings.statement_timeout_ms, app_role=await probe_app_role(url)
-        )
-        catalog = Catalog(engine=engine, settings=settings)
-        app.state.catalog = catalog
-        try:
+        async with open_catalog(settings) as catalog:
+            app.state.catalog = catalog
             async with contextlib.AsyncExitStack() as stack:
                 for hook in app.state.lifespan_hooks:
                     await stack.enter_async_context(hook(catalog))
                 settle_garbage_collector()
                 yield
-        finally:
-            await engine.dispose()
 
     app = FastAPI(
         title="catalog",

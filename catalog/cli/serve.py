@@ -1,0 +1,131 @@
+"""``catalog serve``: bind the socket, get the database ready, print where to connect, run uvicorn.
+
+The order matters and each step is its own function, so the serve entry stays easy to extend
+(process-wide set-up such as the collector or the supervisor link belongs here, before uvicorn):
+
+1. bind the port first -- a port in use is one clear line before anything else starts;
+2. the database: the configured one (refused unless at head) or the embedded one, started and
+   migrated for the duration; its URL is handed to the workers through the environment;
+3. ``--demo`` seeding, secrets created once (not raced by the workers), the banner;
+4. uvicorn on the bound socket (``_run_uvicorn``: the socket object, never its descriptor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+
+from catalog.cli.common import Commands, database, require_head
+from catalog.settings import ConfigError, Settings, get_settings
+
+
+def add_commands(commands: Commands) -> None:
+    serve = commands.add_parser("serve", help="run the HTTP server (MCP endpoint and admin API)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument(
+        "--demo", action="store_true", help="seed tenant 'demo' and let anonymous callers read it"
+    )
+    serve.set_defaults(run=serve_command)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        reason = "is in use" if exc.errno == 98 else f"cannot be bound ({exc.strerror})"
+        raise ConfigError(f"port {port} on {host} {reason}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _run_uvicorn(sock: socket.socket, workers: int) -> None:
+    """Serve the app on ``sock`` (already bound, so a port in use is one clear line, not a traceback).
+
+    The socket object itself is handed over, never its descriptor number: uvicorn wraps a bare
+    ``fd`` as an ``AF_UNIX`` socket, and asyncio then never sets ``TCP_NODELAY`` on the connections
+    it accepts, so every response after the first on a keep-alive connection waited for the
+    client's delayed ACK (about 40 ms). With the real socket, uvicorn's workers (and the single
+    server) see its family and asyncio disables Nagle's algorithm on every accepted connection.
+    """
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    config = uvicorn.Config(
+        "catalog.app:create_app",
+        factory=True,
+        workers=workers,
+        log_level="info",
+        timeout_graceful_shutdown=10,
+        proxy_headers=False,
+    )
+    if workers > 1:
+        Multiprocess(config, sockets=[sock]).run()
+    else:
+        uvicorn.Server(config).run(sockets=[sock])
+
+
+def _raise_exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _after_uvicorn(signum: int, frame: object) -> None:
+    """uvicorn re-raises the signal that stopped it once it has shut down; by then there is nothing
+    left to interrupt, so return and let ``serve`` finish (and stop the embedded PostgreSQL)."""
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    if args.workers < 1:
+        raise ConfigError("--workers must be at least 1")
+    settings = get_settings()
+    settings.ensure_home()
+    sock = _bind(args.host, args.port)
+    # Until uvicorn runs, SIGTERM unwinds through the finally blocks (which stop the embedded
+    # PostgreSQL) instead of killing the process mid-way.
+    signal.signal(signal.SIGTERM, _raise_exit)
+    with database(settings) as url:
+        if settings.database_url is not None:
+            require_head(url)
+        settings = _worker_settings(url, demo=args.demo)
+        if args.demo:
+            from catalog.demo import seed_demo
+
+            asyncio.run(seed_demo(settings))
+        _banner(settings, args)
+        for handled in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(handled, _after_uvicorn)
+        if args.workers > 1:
+            from catalog.app import SUPERVISOR_PID_VARIABLE
+
+            os.environ[SUPERVISOR_PID_VARIABLE] = str(os.getpid())
+        _run_uvicorn(sock, args.workers)
+    return 0
+
+
+def _worker_settings(url: str, *, demo: bool) -> Settings:
+    """The settings the workers will read: the environment they inherit, with the database's URL."""
+    os.environ["CATALOG_DATABASE_URL"] = url  # the workers' database, embedded or not
+    if demo:
+        os.environ.setdefault("CATALOG_PUBLIC_TENANT", "demo")
+    get_settings.cache_clear()
+    return get_settings()
+
+
+def _banner(settings: Settings, args: argparse.Namespace) -> None:
+    token, generated = settings.platform_admin_token()
+    settings.signing_key()  # created now, once, rather than raced by the workers
+    base = f"http://{'[' + args.host + ']' if ':' in args.host else args.host}:{args.port}"
+    print(f"catalog: MCP endpoint   {base}/mcp", flush=True)
+    print(f"catalog: admin API docs {base}/docs", flush=True)
+    if generated:
+        print(f"catalog: platform admin token (shown once, kept in {settings.home}): {token}", flush=True)
+    if args.demo:
+        print("catalog: demo tenant 'demo' is readable anonymously", flush=True)
