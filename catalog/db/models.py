@@ -244,3 +244,10 @@ TENANT_TABLES = (
     "audit_log",
     "change_feed",
 )
+
+# Distributing the schema by tenant on Citus (docs/scaling.md): every table above is distributed by
+# ``tenant_id`` -- so each primary key, unique constraint and foreign key includes it -- except
+# these, which become reference tables (a copy on every node): rows looked up before any tenant is
+# known (a tenant by slug, a token by its hash). ``alembic_version`` stays local to the coordinator.
+CITUS_REFERENCE_TABLES = ("tenants", "tokens")
+CITUS_LOCAL_TABLES = ("alembic_version",)
