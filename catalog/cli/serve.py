@@ -122,10 +122,69 @@ def _worker_settings(url: str, *, demo: bool) -> Settings:
 def _banner(settings: Settings, args: argparse.Namespace) -> None:
     token, generated = settings.platform_admin_token()
     settings.signing_key()  # created now, once, rather than raced by the workers
-    base = f"http://{'[' + args.host + ']' if ':' in args.host else args.host}:{args.port}"
-    print(f"catalog: MCP endpoint   {base}/mcp", flush=True)
-    print(f"catalog: admin API docs {base}/docs", flush=True)
+    for line in banner_lines(args.host, args.port, settings.allowed_hosts):
+        print(f"catalog: {line}", flush=True)
     if generated:
         print(f"catalog: platform admin token (shown once, kept in {settings.home}): {token}", flush=True)
     if args.demo:
         print("catalog: demo tenant 'demo' is readable anonymously", flush=True)
+
+
+# -- where clients connect ------------------------------------------------------------------------
+
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+def client_hosts(host: str) -> list[str]:
+    """Names a client can put in a URL to reach a server bound to ``host``: the host itself, or for
+    a wildcard address this machine's name, then its interface addresses, loopback last."""
+    if host not in WILDCARD_HOSTS:
+        return [host]
+    import ipaddress
+
+    import psutil
+
+    families = (socket.AF_INET,) if host == "0.0.0.0" else (socket.AF_INET, socket.AF_INET6)
+    outside, loopback = [socket.gethostname()], []
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            if address.family not in families:
+                continue
+            ip = ipaddress.ip_address(address.address.split("%", 1)[0])
+            if not ip.is_link_local:
+                (loopback if ip.is_loopback else outside).append(str(ip))
+    return list(dict.fromkeys([*outside, *sorted(loopback)]))
+
+
+def url_host(name: str) -> str:
+    return f"[{name}]" if ":" in name else name
+
+
+def host_allowed(name: str, port: int, allowed_hosts: list[str]) -> bool:
+    """Whether /mcp accepts ``Host: name:port`` (an entry without a port allows any port)."""
+    return url_host(name) in allowed_hosts or f"{url_host(name)}:{port}" in allowed_hosts
+
+
+def banner_lines(host: str, port: int, allowed_hosts: list[str], hosts: list[str] | None = None) -> list[str]:
+    """Where to connect, as ``serve`` prints it: never a wildcard address, which no client can use.
+
+    Bound to every address, the URL shown first uses a name ``CATALOG_ALLOWED_HOSTS`` accepts (so it
+    works as printed), the others follow, and names that /mcp would refuse (421) are pointed out.
+    """
+    hosts = hosts if hosts is not None else client_hosts(host)
+    accepted = [name for name in hosts if host_allowed(name, port, allowed_hosts)]
+    first = (accepted or hosts)[0]
+    base = f"http://{url_host(first)}:{port}"
+    lines = [f"MCP endpoint   {base}/mcp", f"admin API docs {base}/docs"]
+    if host in WILDCARD_HOSTS:
+        others = [f"http://{url_host(name)}:{port}/mcp" for name in hosts if name != first]
+        if others:
+            lines.append(f"listening on every address ({host or '0.0.0.0'}): also {', '.join(others)}")
+        refused = [name for name in hosts if name not in accepted]
+        if refused:
+            lines.append(
+                f"note: /mcp answers 421 to a Host that CATALOG_ALLOWED_HOSTS does not list"
+                f" (now {', '.join(allowed_hosts) or 'none'}): add {', '.join(refused)}"
+                " to reach it by those names"
+            )
+    return lines
