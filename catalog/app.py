@@ -12,8 +12,9 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
+from catalog.bootstrap import open_catalog
 from catalog.core.service import Catalog
-from catalog.db.engine import create_engine, database_unavailable, probe_app_role
+from catalog.db.engine import database_unavailable
 from catalog.db.migrate import head_revision
 from catalog.events import events_lifespan
 from catalog.limits import RequestLimits
@@ -34,24 +35,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        url = settings.async_database_url()
-        engine = create_engine(
-            url, statement_timeout_ms=settings.statement_timeout_ms, app_role=await probe_app_role(url)
-        )
-        catalog = Catalog(engine=engine, settings=settings)
-        app.state.catalog = catalog
-        # The one shutdown signal: set when the server begins to stop (before it waits for open
-        # connections), so the hub and the MCP endpoint end their streams; set again on the way out.
-        stopping = anyio.Event()
-        try:
+        async with open_catalog(settings) as catalog:
+            app.state.catalog = catalog
+            # The one shutdown signal: set when the server begins to stop (before it waits for
+            # open connections), so the hub and the MCP endpoint end their streams.
+            stopping = anyio.Event()
             with shutdown_hook(stopping.set):
                 async with contextlib.AsyncExitStack() as stack:
                     for hook in app.state.lifespan_hooks:
                         await stack.enter_async_context(hook(catalog, stopping))
                     stack.callback(stopping.set)  # unwound first: streams end before their hooks
                     yield
-        finally:
-            await engine.dispose()
 
     app = FastAPI(
         title="catalog",

@@ -11,18 +11,15 @@ import contextlib
 import struct
 import zlib
 
-from sqlalchemy import select
-
+from catalog.bootstrap import open_catalog
 from catalog.core.errors import Conflict
 from catalog.core.grants import create_grant
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_resource
 from catalog.core.schemas import GrantIn, ResourceIn, TemplateIn
 from catalog.core.service import Catalog
-from catalog.core.templates import create_template
+from catalog.core.templates import create_template, list_templates
 from catalog.core.tenants import Tenant, create_tenant, find_tenant
-from catalog.db.engine import TenantScope, create_engine, transaction
-from catalog.db.models import templates
 from catalog.settings import Settings
 
 DEMO_TENANT = "demo"
@@ -151,8 +148,7 @@ async def seed_demo_catalog(catalog: Catalog) -> Tenant:
     assert tenant is not None
     for resource in RESOURCES:
         await upsert_resource(catalog, principal, tenant, ResourceIn.model_validate(resource))
-    async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
-        existing = set((await conn.execute(select(templates.c.uri_template))).scalars())
+    existing = await _template_uris(catalog, principal, tenant)
     for template in TEMPLATES:
         if template["uriTemplate"] not in existing:
             await create_template(catalog, principal, tenant, TemplateIn.model_validate(template))
@@ -162,9 +158,17 @@ async def seed_demo_catalog(catalog: Catalog) -> Tenant:
     return tenant
 
 
+async def _template_uris(catalog: Catalog, principal: Principal, tenant: Tenant) -> set[str]:
+    found: set[str] = set()
+    cursor: str | None = None
+    while True:
+        page, cursor = await list_templates(catalog, principal, tenant, cursor=cursor)
+        found.update(record.uri_template for record in page)
+        if cursor is None:
+            return found
+
+
 async def seed_demo(settings: Settings) -> None:
-    engine = create_engine(settings.async_database_url(), pool_size=1, max_overflow=0)
-    try:
-        await seed_demo_catalog(Catalog(engine=engine, settings=settings))
-    finally:
-        await engine.dispose()
+    """Seed through the same bootstrap as the app, so the writes run under row-level security."""
+    async with open_catalog(settings, pool_size=1) as catalog:
+        await seed_demo_catalog(catalog)

@@ -14,19 +14,21 @@ import socket
 import tempfile
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
 import uvicorn
 from sqlalchemy.engine import make_url
 
+from catalog.cli import main
 from catalog.db import migrate
 from catalog.db.embedded import EmbeddedPostgres
 from catalog.serving import CatalogServer
-from catalog.settings import Settings
+from catalog.settings import Settings, get_settings
 
 
 @dataclass(frozen=True)
@@ -160,3 +162,54 @@ def run_live_server(app: object) -> Iterator[LiveServer]:
     finally:
         server.should_exit = True
         thread.join(timeout=15)
+
+
+# -- the CLI, in-process ------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+Run = Callable[..., Result]
+
+
+@pytest.fixture
+def cli(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Iterator[Run]:
+    monkeypatch.setenv("CATALOG_DATABASE_URL", database_url)
+    monkeypatch.setenv("CATALOG_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CATALOG_SECRET_KEY", "test-secret-key-0123456789abcdef")
+    monkeypatch.setenv("CATALOG_ADMIN_TOKEN", "cat_test-platform-admin-token")
+    get_settings.cache_clear()
+
+    def run(*argv: str) -> Result:
+        capsys.readouterr()
+        code = main(list(argv))
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    yield run
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def sql(database_url: str) -> Callable[..., list[asyncpg.Record]]:
+    """Run one query on the test database (as the superuser: no row security in the way)."""
+    dsn = make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+    def query(statement: str, *args: Any) -> list[asyncpg.Record]:
+        async def go() -> list[asyncpg.Record]:
+            conn = await asyncpg.connect(dsn)
+            try:
+                return await conn.fetch(statement, *args)
+            finally:
+                await conn.close()
+
+        return asyncio.run(go())
+
+    return query

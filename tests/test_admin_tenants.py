@@ -63,6 +63,16 @@ async def test_deleting_a_tenant_removes_every_row_of_it_and_nothing_else(
         await mint_token(client, slug, scopes=["s"])
     doomed = await db.fetchval("SELECT id FROM tenants WHERE slug = $1", tenant)
     kept = await db.fetchval("SELECT id FROM tenants WHERE slug = 'keep'")
+    for tenant_id in (doomed, kept):  # a 2025-11-25 session, waiting for a client's answer
+        await db.execute(
+            "INSERT INTO mcp_sessions (tenant_id, id_hash, principal, protocol_version, client_params)"
+            " VALUES ($1, '\\x01', 'p', '2025-11-25', '{}')",
+            tenant_id,
+        )
+        await db.execute(
+            "INSERT INTO mcp_session_requests (tenant_id, session_hash, request_id) VALUES ($1, '\\x01', 'r')",
+            tenant_id,
+        )
     for table in TENANT_TABLES:
         assert await db.fetchval(f"SELECT count(*) FROM {table} WHERE tenant_id = $1", doomed) > 0, table
 

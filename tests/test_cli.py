@@ -8,71 +8,22 @@ import hashlib
 import io
 import json
 import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
 from catalog.auth import authenticate
-from catalog.cli import main
 from catalog.core.service import Catalog
 from catalog.db.engine import create_engine
 from catalog.settings import get_settings
 
+from .conftest import Run
+
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01"
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-
-Run = Callable[..., Result]
-
-
-@pytest.fixture
-def cli(
-    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> Iterator[Run]:
-    monkeypatch.setenv("CATALOG_DATABASE_URL", database_url)
-    monkeypatch.setenv("CATALOG_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("CATALOG_SECRET_KEY", "test-secret-key-0123456789abcdef")
-    monkeypatch.setenv("CATALOG_ADMIN_TOKEN", "cat_test-platform-admin-token")
-    get_settings.cache_clear()
-
-    def run(*argv: str) -> Result:
-        capsys.readouterr()
-        code = main(list(argv))
-        captured = capsys.readouterr()
-        return Result(code, captured.out, captured.err)
-
-    yield run
-    get_settings.cache_clear()
-
-
-@pytest.fixture
-def sql(database_url: str) -> Callable[..., list[asyncpg.Record]]:
-    """Run one query on the test database (as the superuser: no row security in the way)."""
-    dsn = make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-    def query(statement: str, *args: Any) -> list[asyncpg.Record]:
-        async def go() -> list[asyncpg.Record]:
-            conn = await asyncpg.connect(dsn)
-            try:
-                return await conn.fetch(statement, *args)
-            finally:
-                await conn.close()
-
-        return asyncio.run(go())
-
-    return query
 
 
 def resources_of(sql: Callable[..., list[asyncpg.Record]], slug: str) -> dict[str, dict[str, Any]]:

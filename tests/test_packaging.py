@@ -90,3 +90,49 @@ def test_invalid_setting_is_one_line_naming_the_variable(monkeypatch: pytest.Mon
         get_settings.cache_clear()
     assert str(info.value).startswith("CATALOG_MAX_BLOB_BYTES: ")
     assert "\n" not in str(info.value)
+
+
+def test_the_image_keeps_its_data_directory_on_a_volume_and_runs_as_a_numeric_user() -> None:
+    instructions = dockerfile_instructions()
+    runtime = instructions[max(i for i, (op, _) in enumerate(instructions) if op == "FROM") :]
+    env = " ".join(args for op, args in runtime if op == "ENV")
+    home = re.search(r"CATALOG_HOME=(\S+)", env)
+    assert home is not None
+    volumes = [args for op, args in runtime if op == "VOLUME"]
+    assert volumes and home.group(1) in volumes[-1]
+    user = [args for op, args in runtime if op == "USER"][-1]
+    assert re.fullmatch(r"[1-9][0-9]*(:[1-9][0-9]*)?", user), user
+
+
+def constraints() -> dict[str, str]:
+    from packaging.utils import canonicalize_name
+
+    pinned = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pinned[canonicalize_name(name)] = version.strip()
+    return pinned
+
+
+def test_the_image_installs_from_the_constraints_file_and_it_pins_every_dependency() -> None:
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    instructions = dockerfile_instructions()
+    build = instructions[: max(i for i, (op, _) in enumerate(instructions) if op == "FROM")]
+    assert any(op == "ENV" and "PIP_CONSTRAINT=" in args for op, args in build)
+    assert any(op == "COPY" and "constraints.txt" in args for op, args in build)
+
+    pinned = constraints()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    wanted = [Requirement(r) for r in project["project"]["dependencies"]]
+    wanted += [Requirement(r) for r in project["build-system"]["requires"]]
+    for requirement in wanted:
+        name = canonicalize_name(requirement.name)
+        assert name in pinned, f"{requirement.name} is not pinned: run scripts/refresh-constraints.sh"
+        assert requirement.specifier.contains(pinned[name], prereleases=True), (
+            f"{requirement.name}=={pinned[name]} is outside {requirement.specifier}: refresh the constraints"
+        )

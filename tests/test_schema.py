@@ -237,3 +237,66 @@ async def test_grant_needs_exactly_one_selector(conn: asyncpg.Connection) -> Non
         )
     with pytest.raises(asyncpg.CheckViolationError):
         await conn.execute("INSERT INTO grants (tenant_id, scope) VALUES ($1, 's')", tenant)
+
+
+async def test_every_key_includes_tenant_id_or_the_table_is_a_named_reference_table(
+    conn: asyncpg.Connection,
+) -> None:
+    """The schema's Citus rule (docs/scaling.md): a table distributed by ``tenant_id`` needs it in
+    every primary key, unique constraint or index, and foreign key (matched to ``tenant_id`` on the
+    other side, unless that side is a reference table); the only tables exempt are the ones named in
+    ``CITUS_REFERENCE_TABLES`` (and the coordinator-local ``CITUS_LOCAL_TABLES``)."""
+    from catalog.db.models import CITUS_LOCAL_TABLES, CITUS_REFERENCE_TABLES, TENANT_TABLES
+
+    exempt = set(CITUS_REFERENCE_TABLES) | set(CITUS_LOCAL_TABLES)
+    tables = {
+        r["relname"]
+        for r in await conn.fetch(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p')"
+        )
+    }
+    assert exempt <= tables, "a table named as reference or local does not exist"
+    distributed = tables - exempt
+    assert distributed == set(TENANT_TABLES) - exempt
+
+    def columns(keys: str, table: str) -> str:
+        return (
+            f"ARRAY(SELECT a.attname FROM unnest({keys}) WITH ORDINALITY AS k(attnum, i)"
+            f" LEFT JOIN pg_attribute a ON a.attrelid = {table} AND a.attnum = k.attnum ORDER BY k.i)"
+        )
+
+    constraints = await conn.fetch(
+        "SELECT c.relname AS tbl, con.conname AS name, con.contype AS type,"
+        f" {columns('con.conkey', 'con.conrelid')} AS cols, f.relname AS ref,"
+        f" {columns('con.confkey', 'con.confrelid')} AS ref_cols"
+        " FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace LEFT JOIN pg_class f ON f.oid = con.confrelid"
+        " WHERE n.nspname = 'public' AND con.contype IN ('p', 'u', 'f')"
+    )
+    unique_indexes = await conn.fetch(
+        "SELECT t.relname AS tbl, i.relname AS name, 'i' AS type,"
+        f" {columns('x.indkey::int2[]', 'x.indrelid')} AS cols"
+        " FROM pg_index x JOIN pg_class t ON t.oid = x.indrelid JOIN pg_class i ON i.oid = x.indexrelid"
+        " JOIN pg_namespace n ON n.oid = t.relnamespace"
+        " WHERE n.nspname = 'public' AND x.indisunique"
+        " AND NOT EXISTS (SELECT 1 FROM pg_constraint con WHERE con.conindid = x.indexrelid)"
+    )
+    broken = []
+    for key in [*constraints, *unique_indexes]:
+        if key["tbl"] not in distributed:
+            continue
+        cols = list(key["cols"])
+        if "tenant_id" not in cols:
+            broken.append(f"{key['tbl']}.{key['name']} ({', '.join(map(str, cols))}) lacks tenant_id")
+        elif key["type"] == "f" and key["ref"] in distributed:
+            paired = dict(zip(cols, key["ref_cols"], strict=True))
+            if paired["tenant_id"] != "tenant_id":
+                broken.append(
+                    f"{key['tbl']}.{key['name']} pairs tenant_id with {key['ref']}.{paired['tenant_id']}"
+                )
+    assert broken == []
+    # Guards against a query that found nothing: the known keys are all there.
+    names = {key["name"] for key in [*constraints, *unique_indexes]}
+    assert {"pk_resources", "uq_resources_tenant_id_uri", "fk_resources_tenant_id_blob_sha256_blobs"} <= names
+    assert "ix_tokens_token_hash" in names  # the key that makes tokens a reference table

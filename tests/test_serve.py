@@ -203,3 +203,52 @@ def test_a_started_server_freezes_its_start_up_heap_and_collects_young_objects_l
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+LOOPBACK_ONLY = ["127.0.0.1", "localhost", "[::1]"]
+
+
+def test_the_banner_never_shows_a_wildcard_address_and_leads_with_a_name_that_is_accepted() -> None:
+    from catalog.cli.serve import banner_lines
+
+    hosts = ["box", "192.0.2.7", "127.0.0.1"]
+    default = banner_lines("0.0.0.0", 8000, LOOPBACK_ONLY, hosts)
+    assert default == [
+        "MCP endpoint   http://127.0.0.1:8000/mcp",
+        "admin API docs http://127.0.0.1:8000/docs",
+        "listening on every address (0.0.0.0): also http://box:8000/mcp, http://192.0.2.7:8000/mcp",
+        "note: /mcp answers 421 to a Host that CATALOG_ALLOWED_HOSTS does not list"
+        " (now 127.0.0.1, localhost, [::1]): add box, 192.0.2.7 to reach it by those names",
+    ]
+    named = banner_lines("0.0.0.0", 8000, ["box", "192.0.2.7:8000", "127.0.0.1"], hosts)
+    assert named == [
+        "MCP endpoint   http://box:8000/mcp",
+        "admin API docs http://box:8000/docs",
+        "listening on every address (0.0.0.0): also http://192.0.2.7:8000/mcp, http://127.0.0.1:8000/mcp",
+    ]
+    six = banner_lines("::", 8000, LOOPBACK_ONLY, ["box", "2001:db8::1", "::1"])
+    assert six[0] == "MCP endpoint   http://[::1]:8000/mcp" and "http://[2001:db8::1]:8000/mcp" in six[2]
+    assert banner_lines("127.0.0.1", 9000, LOOPBACK_ONLY) == [
+        "MCP endpoint   http://127.0.0.1:9000/mcp",
+        "admin API docs http://127.0.0.1:9000/docs",
+    ]
+
+
+def test_serve_on_every_address_prints_urls_that_answer(database_url: str, tmp_path: Path) -> None:
+    import socket as sockets
+
+    env = catalog_env(CATALOG_DATABASE_URL=database_url, CATALOG_HOME=str(tmp_path / "home"))
+    with serving(env=env, host="0.0.0.0") as served:
+        served.wait_for("Application startup complete")
+        printed = served.printed()
+        banner = [line for line in printed.splitlines() if line.startswith("catalog: ")]
+        urls = [word.rstrip(",") for line in banner for word in line.split() if word.startswith("http://")]
+        assert urls and not [url for url in urls if "0.0.0.0" in url], banner
+        first = urls[0]
+        assert (
+            first == f"http://127.0.0.1:{served.port}/mcp"
+        )  # the loopback names are the default allowed ones
+        assert httpx.get(first.replace("/mcp", "/healthz"), timeout=10).status_code == 200
+        assert f"http://{sockets.gethostname()}:{served.port}/mcp" in urls
+        assert "CATALOG_ALLOWED_HOSTS" in printed
+        assert stop(served) == 0

@@ -85,3 +85,25 @@ async def delete_tenant(catalog: Catalog, slug: str) -> None:
         result = await conn.execute(delete(tenants).where(tenants.c.slug == slug).returning(tenants.c.id))
         if result.one_or_none() is None:
             raise NotFound(f"no tenant {slug!r}")
+
+
+async def tenant_counts(catalog: Catalog, tenant: Tenant) -> dict[str, int]:
+    """What the tenant holds, by kind (what deleting it removes): for an operator's confirmation."""
+    from sqlalchemy import func
+
+    from catalog.db.models import blobs, grants, resources, templates, tokens
+
+    tables = {
+        "resources": resources,
+        "blobs": blobs,
+        "templates": templates,
+        "grants": grants,
+        "tokens": tokens,
+    }
+    counts = [
+        select(func.count()).select_from(table).where(table.c.tenant_id == tenant.id).scalar_subquery()
+        for table in tables.values()
+    ]
+    async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+        found = (await conn.execute(select(*counts))).one()
+    return dict(zip(tables, found, strict=True))

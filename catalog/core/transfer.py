@@ -7,13 +7,15 @@ a re-run that finds nothing new changes nothing. :func:`export_lines` pages thro
 listing and yields JSONL objects in the same ``ResourceIn`` shape, so ``export | import`` rebuilds an
 identical catalogue.
 
-Directory rules: every regular file becomes a ``file:///`` resource whose URI is its path relative to
-the imported directory (percent-encoded, then made canonical by :func:`normalize_uri`), named after
-the file; text when the bytes are UTF-8 without NUL, else a blob; the mime type is guessed from the
+Directory rules: every regular file becomes a resource whose URI is its path relative to the
+imported directory (percent-encoded, then made canonical by :func:`normalize_uri`) under a base URI
+(``file:///`` unless ``--prefix`` names another), named after the file; text when the bytes are UTF-8 without NUL, else a blob; the mime type is guessed from the
 name (a fixed table, the same on every machine), falling back to ``text/plain`` or
 ``application/octet-stream``. Every sub-directory becomes an ``inode/directory`` resource. A symlink
 is followed only when its target lies inside the imported directory (and is not one of the link's own
-ancestors); anything else that is not a regular file or a directory is skipped.
+ancestors); anything else that is not a regular file or a directory is skipped. Entries matched by the ignore
+rules (``.gitignore`` syntax: version-control folders and ``__pycache__`` by default, plus an
+ignore file's lines) are left out silently and counted.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote
 
+import pathspec
 from pydantic import ValidationError
 from sqlalchemy import select, text
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
@@ -44,7 +47,7 @@ from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.core.uris import InvalidUri, normalize_uri
 from catalog.core.visibility import load_visibility
-from catalog.db.engine import TenantScope, create_engine, transaction
+from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import blobs, resources
 
 BATCH_SIZE = 500
@@ -179,9 +182,39 @@ def guess_mime_type(name: str, *, is_text: bool) -> str:
     return guessed or ("text/plain" if is_text else "application/octet-stream")
 
 
-def file_uri(parts: Iterable[str]) -> str:
-    """The canonical ``file:///`` URI of a relative path given as its segments."""
-    return normalize_uri("file:///" + "/".join(quote(part, safe=_SEGMENT_SAFE) for part in parts))
+DEFAULT_BASE = "file:///"
+
+# Never imported unless an ignore file re-includes them (``!__pycache__/``): version-control
+# metadata (``.git`` is a file in linked worktrees and submodules, hence no trailing slash) and
+# Python's bytecode caches.
+DEFAULT_IGNORES = (
+    ".git",
+    ".hg/",
+    ".svn/",
+    ".bzr/",
+    "_darcs/",
+    "CVS/",
+    ".pijul/",
+    ".jj/",
+    "__pycache__/",
+)
+
+
+def ignore_rules(lines: Iterable[str] = ()) -> pathspec.GitIgnoreSpec:
+    """The default ignores, then ``lines`` in ``.gitignore`` syntax (later lines win, ``!`` re-includes),
+    matched against paths relative to the imported directory."""
+    return pathspec.GitIgnoreSpec.from_lines([*DEFAULT_IGNORES, *lines])
+
+
+def import_base(prefix: str) -> str:
+    """The URI a directory tree is placed under (``--prefix``), canonical and ending in ``/``."""
+    base = normalize_uri(prefix)
+    return base if base.endswith("/") else base + "/"
+
+
+def file_uri(parts: Iterable[str], base: str = DEFAULT_BASE) -> str:
+    """The canonical URI of a relative path given as its segments, under ``base`` (see ``import_base``)."""
+    return normalize_uri(base + "/".join(quote(part, safe=_SEGMENT_SAFE) for part in parts))
 
 
 @dataclass(frozen=True)
@@ -194,9 +227,19 @@ class _Entry:
 class DirectorySource:
     """The entries of a directory tree, found up front (so progress has a total), read lazily."""
 
-    def __init__(self, root: Path, *, max_bytes: int) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        max_bytes: int,
+        base: str = DEFAULT_BASE,
+        ignore: pathspec.GitIgnoreSpec | None = None,
+    ) -> None:
         self.root = root
         self.max_bytes = max_bytes
+        self.base = base
+        self.ignore = ignore if ignore is not None else ignore_rules()
+        self.ignored = 0  # entries an ignore rule left out (a directory counts once, not its files)
         self._real_root = os.path.realpath(root)
         self.entries: list[_Entry] = []
         self.problems: list[Problem] = []
@@ -219,6 +262,9 @@ class DirectorySource:
         for entry in found:
             path = Path(entry.path)
             here = (*parts, entry.name)
+            if self._ignored(entry, here):
+                self.ignored += 1
+                continue
             try:
                 if entry.is_symlink():
                     real = os.path.realpath(path)
@@ -247,6 +293,15 @@ class DirectorySource:
             else:
                 self.problems.append(Problem(str(path), "not a regular file, skipped", skipped=True))
 
+    def _ignored(self, entry: os.DirEntry[str], parts: tuple[str, ...]) -> bool:
+        """Whether an ignore rule names the entry; an ignored directory is not walked at all (as in
+        git, a file inside it cannot be re-included)."""
+        try:
+            is_dir = entry.is_dir()  # follows a link: a link to a directory is matched as one
+        except OSError:
+            is_dir = False
+        return self.ignore.match_file("/".join(parts) + ("/" if is_dir else ""))
+
     def __iter__(self) -> Iterator[Item | Problem]:
         yield from self.problems
         for entry in self.entries:
@@ -257,7 +312,7 @@ class DirectorySource:
         name = entry.parts[-1]
         try:
             name.encode("utf-8")
-            uri = file_uri(entry.parts)
+            uri = file_uri(entry.parts, self.base)
         except UnicodeEncodeError:
             return Problem(location, "the path is not valid UTF-8")
         except InvalidUri as exc:
@@ -353,17 +408,17 @@ async def analyze_tables(catalog: Catalog) -> None:
     on ``resources`` among them -- keep scanning a whole tenant per row, and an import into a new
     database slows quadratically wherever autovacuum is off or not yet round.
 
-    Runs as the login role (the tables' owner, normally), not the row-security role; a role that may
-    not analyze them gets a warning from PostgreSQL and nothing changes.
+    Runs as the login role (the tables' owner, normally), not the row-security role: ``SET LOCAL
+    ROLE NONE`` undoes, for this one transaction, the ``catalog_app`` role a superuser login runs as
+    (``catalog.bootstrap``), and changes nothing for any other login. A role that may not analyze
+    the tables gets a warning from PostgreSQL and nothing changes.
     """
-    engine = create_engine(catalog.engine.url, pool_size=1, max_overflow=0)
     try:
-        async with engine.begin() as conn:
+        async with catalog.engine.begin() as conn:
+            await conn.execute(text("SET LOCAL ROLE NONE"))
             await conn.execute(text(f"ANALYZE {resources.name}, {blobs.name}"))
     except DBAPIError:
         pass
-    finally:
-        await engine.dispose()
 
 
 async def import_items(

@@ -243,6 +243,8 @@ TENANT_TABLES = (
     "tokens",
     "audit_log",
     "change_feed",
+    "mcp_sessions",
+    "mcp_session_requests",
 )
 
 # 2025-11-25 MCP sessions: shared by every worker of every host, so any of them serves any request
@@ -278,3 +280,10 @@ mcp_session_requests = Table(
         ["tenant_id", "session_hash"], ["mcp_sessions.tenant_id", "mcp_sessions.id_hash"], ondelete="CASCADE"
     ),
 )
+
+# Distributing the schema by tenant on Citus (docs/scaling.md): every table above is distributed by
+# ``tenant_id`` -- so each primary key, unique constraint and foreign key includes it -- except
+# these, which become reference tables (a copy on every node): rows looked up before any tenant is
+# known (a tenant by slug, a token by its hash). ``alembic_version`` stays local to the coordinator.
+CITUS_REFERENCE_TABLES = ("tenants", "tokens")
+CITUS_LOCAL_TABLES = ("alembic_version",)
