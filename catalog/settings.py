@@ -52,6 +52,8 @@ class Settings(BaseSettings):
     oauth_jwks: str | None = Field(default=None, description="JWKS file path or https URL")
     oauth_tenant_claim: str = "tenant"
     oauth_admin_scope: str = "catalog:admin"
+    # Clock skew allowed on a JWT's exp/nbf; a stream opened with a JWT ends at exp plus this.
+    oauth_leeway_seconds: int = Field(default=30, ge=0, le=600)
 
     @property
     def oauth_enabled(self) -> bool:

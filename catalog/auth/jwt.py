@@ -13,6 +13,7 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -159,4 +160,5 @@ class JwtVerifier:
             scopes=scopes - {self.admin_scope},
             is_admin=self.admin_scope in scopes,
             subject=str(claims.get("sub") or "unknown"),
+            expires_at=datetime.fromtimestamp(claims["exp"] + self.leeway_seconds, UTC),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal
 
 PrincipalKind = Literal["platform", "token", "anonymous", "jwt", "system"]
@@ -18,6 +19,9 @@ class Principal:
     is_admin: bool = False
     token_id: int | None = None
     subject: str | None = None
+    # When the credential stops being valid (a token's expiresAt, a JWT's exp plus leeway): streams
+    # it opened end then. Not part of who it is.
+    expires_at: datetime | None = field(default=None, compare=False)
 
     @classmethod
     def platform_admin(cls) -> Principal:

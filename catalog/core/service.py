@@ -13,6 +13,7 @@ from catalog.settings import Settings
 
 if TYPE_CHECKING:
     from catalog.auth.jwt import JwtVerifier
+    from catalog.events.credentials import CredentialWatch
     from catalog.events.hub import EventHub
     from catalog.events.listener import ChangeListener
 
@@ -27,6 +28,8 @@ class Catalog:
     event_hub: EventHub | None = None
     # The process's LISTEN connection (set with the hub): other channels (2025 sessions) ride on it.
     event_listener: ChangeListener | None = None
+    # Ends streams whose credential is revoked or expires (set with the hub).
+    credential_watch: CredentialWatch | None = None
 
     @cached_property
     def signing_key(self) -> bytes:
@@ -49,4 +52,5 @@ class Catalog:
             jwks=JwksSource(self.settings.oauth_jwks),
             tenant_claim=self.settings.oauth_tenant_claim,
             admin_scope=self.settings.oauth_admin_scope,
+            leeway_seconds=self.settings.oauth_leeway_seconds,
         )

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import asyncpg
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.audit import record_audit
@@ -89,7 +90,7 @@ async def insert_token(
 
 
 _TOKEN_PRINCIPAL = (
-    "SELECT token_id, tenant_id, tenant_slug, scopes, is_admin FROM catalog_token_principal($1)"
+    "SELECT token_id, tenant_id, tenant_slug, scopes, is_admin, expires_at FROM catalog_token_principal($1)"
 )
 
 
@@ -112,7 +113,25 @@ async def principal_for_token(driver: asyncpg.Connection, token: str) -> Princip
         scopes=frozenset(row["scopes"]),
         is_admin=row["is_admin"],
         token_id=row["token_id"],
+        expires_at=row["expires_at"],
     )
+
+
+async def live_tokens(catalog: Catalog, token_ids: Iterable[int]) -> dict[int, datetime | None]:
+    """Of ``token_ids``, those still live (not revoked, not expired, tenant not deleted), each with
+    its expiry: what a process holding streams re-checks when it may have missed a revocation."""
+    ids = sorted(set(token_ids))
+    if not ids:
+        return {}
+    async with transaction(catalog.engine, TenantScope.platform()) as conn:
+        rows = await conn.execute(
+            select(tokens.c.id, tokens.c.expires_at).where(
+                tokens.c.id.in_(ids),
+                tokens.c.revoked_at.is_(None),
+                or_(tokens.c.expires_at.is_(None), tokens.c.expires_at > func.now()),
+            )
+        )
+        return {row.id: row.expires_at for row in rows}
 
 
 async def list_token_records(conn: AsyncConnection, tenant_id: int) -> list[TokenRecord]:

@@ -1,8 +1,8 @@
 """Live changes: one LISTEN connection per process feeding a hub of per-tenant subscriptions.
 
 ``events_lifespan`` is an app lifespan hook (``app.state.lifespan_hooks``): it creates the hub and
-the listener, sets ``catalog.event_hub``, ``catalog.event_listener`` and the ``events`` readiness
-probe, and on exit closes every subscription and the LISTEN connection. It closes every
+the listener, sets ``catalog.event_hub``, ``catalog.event_listener``, ``catalog.credential_watch``
+(``catalog.events.credentials``) and the ``events`` readiness probe, and on exit closes every subscription and the LISTEN connection. It closes every
 subscription as soon as the app's shutdown signal (``stopping``) is set, which the server sets
 before it waits for open connections, so long-lived streams do not hold shutdown up.
 """
@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from catalog.core.tokens import live_tokens
+from catalog.events.credentials import CREDENTIALS_CHANNEL, CredentialHold, CredentialWatch
 from catalog.events.hub import ALL_TENANTS, ChangeEvent, CloseReason, EventHub, Subscription
 from catalog.events.listener import ChangeListener, listener_dsn
 
@@ -27,6 +29,8 @@ __all__ = [
     "ChangeEvent",
     "ChangeListener",
     "CloseReason",
+    "CredentialHold",
+    "CredentialWatch",
     "EventHub",
     "Subscription",
     "events_lifespan",
@@ -43,6 +47,10 @@ async def events_lifespan(catalog: Catalog, stopping: anyio.Event) -> AsyncItera
     catalog.event_hub = hub
     catalog.event_listener = listener
     catalog.readiness_probes["events"] = listener.status
+    credentials = CredentialWatch(lambda token_ids: live_tokens(catalog, token_ids))
+    catalog.credential_watch = credentials
+    await listener.add_channel(CREDENTIALS_CHANNEL, credentials.on_payload)
+    listener.add_state_listener(lambda state: credentials.on_reconnected() if state.connected else None)
     if not await listener.start(wait=5.0):
         logger.warning("event listener: not listening yet (%s); continuing", listener.status())
 

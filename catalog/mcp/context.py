@@ -26,6 +26,7 @@ DISCOVER_TTL_MS = 300_000
 
 LEGACY_RESOURCE_NOT_FOUND = -32002  # 2025-11-25's recommendation; the SDK has no constant for it
 CONSENT_DECLINED = -31001  # application-defined (outside -32768..-32000, ERR-2)
+CREDENTIAL_ENDED = -31002  # a stream's credential was revoked or expired: the stream ends with it
 
 # Where the edge (``catalog.mcp.asgi``) leaves the authenticated principal in the ASGI scope.
 PRINCIPAL_STATE_KEY = "catalog_principal"

@@ -23,7 +23,8 @@ from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
 from catalog.core.service import Catalog
 from catalog.core.watching import Delivery, honoured_uris, open_watch
-from catalog.mcp.context import Ctx, principal_of
+from catalog.events.credentials import CredentialHold
+from catalog.mcp.context import CREDENTIAL_ENDED, Ctx, principal_of
 from catalog.mcp.sdk_private import listen_sink
 from catalog.mcp.wire import sse_frame
 
@@ -112,34 +113,42 @@ class ListenStreams:
                     await sink.send(frame)
                     self.frames_sent += 1
 
+        credentials = self._host.catalog.credential_watch
         scope = anyio.CancelScope()
         self._scopes.add(scope)
         try:
-            with scope:
-                if self.closed:
-                    scope.cancel()
-                subscription = hub.subscribe(principal.tenant_id) if hub is not None else None
-                async with contextlib.AsyncExitStack() as stack:
-                    if subscription is not None:
-                        await stack.enter_async_context(subscription)  # before the ack: nothing lost
-                    watch = await open_watch(
-                        self._host.catalog,
-                        principal,
-                        list_changed=bool(honoured.resources_list_changed),
-                        uris=uris.values(),
-                    )
-                    await ctx.session.send_notification(
-                        types.SubscriptionsAcknowledgedNotification(
-                            params=types.SubscriptionsAcknowledgedNotificationParams(
-                                notifications=honoured, _meta=meta
-                            )
-                        ),
-                        related_request_id=sid,
-                    )
-                    if subscription is None:
-                        await anyio.sleep_forever()
-                    async for batch in subscription:
-                        await deliver(await watch.decide(batch))
+            with credentials.hold(principal) if credentials is not None else contextlib.nullcontext() as hold:
+                with scope:
+                    if self.closed:
+                        scope.cancel()
+                    subscription = hub.subscribe(principal.tenant_id) if hub is not None else None
+                    async with contextlib.AsyncExitStack() as stack:
+                        if subscription is not None:
+                            await stack.enter_async_context(subscription)  # before the ack: nothing lost
+                        watch = await open_watch(
+                            self._host.catalog,
+                            principal,
+                            list_changed=bool(honoured.resources_list_changed),
+                            uris=uris.values(),
+                        )
+                        await ctx.session.send_notification(
+                            types.SubscriptionsAcknowledgedNotification(
+                                params=types.SubscriptionsAcknowledgedNotificationParams(
+                                    notifications=honoured, _meta=meta
+                                )
+                            ),
+                            related_request_id=sid,
+                        )
+                        async with anyio.create_task_group() as tasks:
+                            if hold is not None:
+                                tasks.start_soon(_cancel_when_ended, hold, tasks.cancel_scope)
+                            if subscription is None:
+                                await anyio.sleep_forever()
+                            async for batch in subscription:
+                                await deliver(await watch.decide(batch))
+                            tasks.cancel_scope.cancel()
+                if hold is not None and hold.reason is not None:
+                    raise credential_ended(hold.reason)
         finally:
             self._scopes.discard(scope)
         return types.SubscriptionsListenResult(_meta=meta)  # graceful end (SUB-10)
@@ -149,3 +158,18 @@ class ListenStreams:
         self.closed = True
         for scope in list(self._scopes):
             scope.cancel()
+
+
+def credential_ended(reason: str) -> MCPError:
+    """How a listen ends when its credential does: the listen's response is this error, not its
+    graceful result, so the client knows to authenticate again rather than to re-listen as before."""
+    return MCPError(
+        CREDENTIAL_ENDED,
+        f"The credential this stream was opened with was {reason}; the stream has ended",
+        data={"reason": reason},
+    )
+
+
+async def _cancel_when_ended(hold: CredentialHold, cancel: anyio.CancelScope) -> None:
+    await hold.ended()
+    cancel.cancel()

@@ -60,6 +60,7 @@ from catalog.core.service import Catalog
 from catalog.core.sessions import Notice, SessionRecord
 from catalog.core.watching import Delivery, honoured_uris, open_watch
 from catalog.db.engine import SESSIONS_CHANNEL
+from catalog.events.credentials import CredentialHold
 from catalog.mcp.context import PRINCIPAL_STATE_KEY, Ctx
 from catalog.mcp.wire import SSE_HEADERS, SSE_KEEPALIVE, dumps, error_message, error_response, sse_frame
 
@@ -578,13 +579,17 @@ class LegacySessions:
                 }
             )
             await send({"type": "http.response.body", "body": b"", "more_body": True})
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(_end_on_disconnect, receive, stream)
-                tasks.start_soon(self._keep_alive, stream, send)
-                tasks.start_soon(self._touch, stream)
-                tasks.start_soon(self._deliver, stream, principal, send)
-                await stream.ended.wait()
-                tasks.cancel_scope.cancel()
+            credentials = catalog.credential_watch
+            with credentials.hold(principal) if credentials is not None else contextlib.nullcontext() as hold:
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(_end_on_disconnect, receive, stream)
+                    tasks.start_soon(self._keep_alive, stream, send)
+                    tasks.start_soon(self._touch, stream)
+                    tasks.start_soon(self._deliver, stream, principal, send)
+                    if hold is not None:  # a revoked or expired credential ends the stream (2025
+                        tasks.start_soon(_end_when_ended, hold, stream)  # has no error to send here)
+                    await stream.ended.wait()
+                    tasks.cancel_scope.cancel()
             with contextlib.suppress(OSError, anyio.BrokenResourceError):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
@@ -682,6 +687,11 @@ async def _wait_for_disconnect(receive: Receive) -> None:
 async def _cancel_on_disconnect(receive: Receive, cancel: anyio.CancelScope) -> None:
     await _wait_for_disconnect(receive)
     cancel.cancel()
+
+
+async def _end_when_ended(hold: CredentialHold, stream: _GetStream) -> None:
+    await hold.ended()
+    stream.end()
 
 
 async def _end_on_disconnect(receive: Receive, stream: _GetStream) -> None:
