@@ -12,12 +12,14 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
+from catalog.admin.blobs import is_streamed_upload
+from catalog.auth.edge import EdgeGuard
+from catalog.auth.quotas import RateLimiter
 from catalog.bootstrap import open_catalog
 from catalog.core.service import Catalog
 from catalog.db.engine import database_unavailable
 from catalog.db.migrate import head_revision
 from catalog.events import events_lifespan
-from catalog.limits import RequestLimits
 from catalog.runtime import shutdown_hook
 from catalog.settings import ConfigError, Settings, get_settings
 
@@ -87,8 +89,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
 
     _include_surfaces(app)
-    # Body size and JSON depth, for both surfaces, before any route or parser sees the body.
-    app.add_middleware(RequestLimits, max_blob_bytes=settings.max_blob_bytes)
+    # Host/Origin, request rate, body size and JSON depth, for every route, before any of it runs.
+    app.add_middleware(
+        EdgeGuard,
+        allowed_hosts=settings.allowed_hosts,
+        allowed_origins=settings.allowed_origins,
+        max_blob_bytes=settings.max_blob_bytes,
+        rate_limiter=RateLimiter(
+            settings.rate_limit_per_minute, settings.rate_limit_burst, share=settings.workers
+        ),
+        streamed_upload=is_streamed_upload,
+    )
     return app
 
 

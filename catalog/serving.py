@@ -124,6 +124,7 @@ class Supervisor:
 
     def run(self) -> None:
         os.environ[SUPERVISOR_PID_VARIABLE] = str(os.getpid())  # inherited by the spawned workers
+        os.environ["CATALOG_WORKERS"] = str(self.workers)  # each takes its share of per-caller limits
         previous = {signum: signal.signal(signum, self._on_signal) for signum in _STOP_SIGNALS}
         try:
             self._processes = [self._start_worker() for _ in range(self.workers)]

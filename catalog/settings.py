@@ -44,6 +44,18 @@ class Settings(BaseSettings):
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(LOOPBACK_ORIGINS))
     max_blob_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     statement_timeout_ms: int = Field(default=15_000, ge=0)
+    # Requests per caller (its bearer credential, else its address) per minute, and the burst it
+    # may spend at once; 0 turns the limit off. Each of `serve --workers N` allows 1/N of it.
+    rate_limit_per_minute: float = Field(default=6000, ge=0)
+    rate_limit_burst: int = Field(default=400, ge=1)
+    # Open streams (listen, 2025 GET) per process: per credential, per tenant, all anonymous
+    # callers together, and in all.
+    max_streams_per_credential: int = Field(default=100, ge=1)
+    max_streams_per_tenant: int = Field(default=5000, ge=1)
+    max_anonymous_streams: int = Field(default=100, ge=0)
+    max_streams: int = Field(default=10000, ge=1)
+    # Set by `catalog serve --workers N` for its workers (per-process shares of the limits above).
+    workers: int = Field(default=1, ge=1)
     # A 2025-11-25 session unused for this long ends (an open GET stream keeps it in use).
     session_idle_seconds: float = Field(default=1800, gt=0, le=7 * 24 * 3600)
     # OAuth 2.1 resource server (JWT access tokens); off unless issuer, audience and JWKS are all set.

@@ -47,6 +47,7 @@ def settings(database_url: str, tmp_path: Path, issuer: Issuer, request: pytest.
         "oauth_issuer": ISSUER,
         "oauth_audience": AUDIENCE,
         "oauth_jwks": str(issuer.jwks_path),
+        "rate_limit_per_minute": 0,
     }
     return Settings(**{**values, **getattr(request, "param", {})})
 

@@ -1,6 +1,6 @@
 """Request bounds (issue 6 point 4): body size and JSON nesting depth, on both surfaces.
 
-``catalog.limits.RequestLimits`` refuses, before any route or JSON parser runs: a body over the
+``catalog.auth.edge.EdgeGuard`` refuses, before any route or JSON parser runs: a body over the
 surface's limit (413; judged on Content-Length and on the bytes of a chunked body) and JSON nested
 deeper than 64 levels (400). Admin errors are problem JSON; /mcp errors are JSON-RPC (-32600 with
 HTTP 413, -32700 with HTTP 400). Blob uploads stay streamed and bounded by CATALOG_MAX_BLOB_BYTES.
@@ -19,7 +19,7 @@ import pytest_asyncio
 from fastapi import FastAPI
 
 from catalog.app import create_app
-from catalog.limits import MAX_JSON_DEPTH, MAX_MCP_BODY_BYTES, json_depth_exceeds, max_admin_json_bytes
+from catalog.auth.edge import MAX_JSON_DEPTH, MAX_MCP_BODY_BYTES, json_depth_exceeds, max_admin_json_bytes
 from catalog.settings import Settings
 from tests.mcp_helpers import MODERN, Served, envelope, mcp_settings, module_database, served
 from tests.test_admin_support import ADMIN, API, assert_problem, b64, running

@@ -8,6 +8,7 @@ media type it was first uploaded with, is returned). Either way the body is the 
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Request, Response, status
@@ -19,6 +20,15 @@ from catalog.core.errors import FieldError, InvalidInput, NotFound, TooLarge
 from catalog.core.schemas import MIME_TYPE_PATTERN, BlobOut
 
 router = APIRouter(prefix="/tenants/{slug}/blobs", tags=["blobs"])
+
+# Uploads to this route are streamed and bounded by the route itself (by CATALOG_MAX_BLOB_BYTES),
+# so the edge does not buffer their bodies.
+_UPLOAD_PATH = re.compile(r"/admin/v1/tenants/[^/]+/blobs/?")
+
+
+def is_streamed_upload(path: str) -> bool:
+    return _UPLOAD_PATH.fullmatch(path) is not None
+
 
 DEFAULT_MIME_TYPE = "application/octet-stream"
 Sha256 = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$", description="the blob's sha256 (lowercase hex)")]

@@ -31,7 +31,9 @@ COMMON_ERRORS = {
     "403": "the token may not do this",
     "404": "no such tenant or item",
     "413": "body too large",
+    "421": "the Host header is not one this server answers to (CATALOG_ALLOWED_HOSTS)",
     "422": "invalid input",
+    "429": "too many requests from this caller; retry after Retry-After seconds",
     "503": "the database is unavailable; retry",
 }
 

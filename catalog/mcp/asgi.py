@@ -1,11 +1,12 @@
-"""The ASGI app at ``/mcp``: the edge checks, then each request to its era.
+"""The ASGI app at ``/mcp``: who is asking, how many streams it holds, then each request to its era.
 
-DNS-rebinding checks come first (Host from ``CATALOG_ALLOWED_HOSTS``, any port; Origin from
-``CATALOG_ALLOWED_ORIGINS``, any port; 421/403), then the principal from the bearer token
-(``catalog.auth.authenticate``) or, with no token, the public tenant (``CATALOG_PUBLIC_TENANT``);
-otherwise 401 with ``WWW-Authenticate: Bearer resource_metadata=".../.well-known/oauth-protected-
-resource/mcp"``. A credential not bound to a tenant (the platform admin token) gets 403: the agent
-surface browses exactly one tenant.
+Host, Origin, the request rate and the body were checked for every route by the app's edge
+(``catalog.auth.edge``). Here: the principal from the bearer token (``catalog.auth.authenticate``)
+or, with no token, the public tenant (``CATALOG_PUBLIC_TENANT``); otherwise 401 with a challenge. A
+credential not bound to a tenant (the platform admin token) gets 403: the agent surface browses
+exactly one tenant. A stream (``subscriptions/listen``, a 2025 GET) takes a slot of the process's
+stream quotas (``catalog.auth.quotas``) for as long as it is open; without one it is refused with
+429 and ``Retry-After`` before anything is streamed, never an empty 200.
 
 Then the era, by the SDK's own rule (a ``MCP-Protocol-Version`` header that is not a handshake
 version is a 2026-07-28 request): 2026-07-28 requests go to the SDK's public session manager in its
@@ -21,15 +22,15 @@ from typing import Any, Protocol
 
 import mcp_types as types
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_PROTOCOL_VERSION_HEADER
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
-from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from catalog.auth import anonymous_principal, authenticate
+from catalog.auth.quotas import StreamQuotas
+from catalog.auth.refusals import RATE_LIMITED, refusal
 from catalog.core.errors import Unauthenticated
 from catalog.core.principal import Principal
 from catalog.core.service import Catalog
@@ -43,12 +44,13 @@ logger = logging.getLogger("catalog.mcp")
 
 PRM_PATH = "/.well-known/oauth-protected-resource"
 PRINCIPAL_CACHE_SECONDS = 10.0
+STREAM_RETRY_AFTER_S = 5
 
 
 class EdgeHost(Protocol):
     settings: Settings
-    security: TransportSecuritySettings
     sessions: LegacySessions
+    streams: StreamQuotas
 
     @property
     def running_catalog(self) -> Catalog | None: ...
@@ -70,6 +72,13 @@ def is_short_modern_request(scope: Scope) -> bool:
     if scope.get("method") != "POST" or not is_modern_request(scope):
         return False
     return Headers(scope=scope).get(MCP_METHOD_HEADER) != "subscriptions/listen"
+
+
+def is_stream_request(scope: Scope) -> bool:
+    """A request whose answer is a long-lived stream: a modern listen, a 2025 session's GET."""
+    if scope.get("method") == "GET":
+        return not is_modern_request(scope)
+    return is_modern_request(scope) and Headers(scope=scope).get(MCP_METHOD_HEADER) == "subscriptions/listen"
 
 
 def unavailable_response() -> JSONResponse:
@@ -110,7 +119,6 @@ def protected_resource_metadata(settings: Settings, scope: Scope) -> dict[str, A
 class McpEdge:
     def __init__(self, host: EdgeHost) -> None:
         self.host = host
-        self.security = TransportSecurityMiddleware(host.security)
         self._anonymous: tuple[float, Principal | None] | None = None
 
     def _resource_metadata_url(self, scope: Scope) -> str:
@@ -146,11 +154,6 @@ class McpEdge:
         await self._authenticated(catalog, scope, receive, send)
 
     async def _authenticated(self, catalog: Catalog, scope: Scope, receive: Receive, send: Send) -> None:
-        # Host/Origin first: a rebinding attempt is 421/403 whether or not it carries a token.
-        rejected = await self.security.validate_request(Request(scope), is_post=False)
-        if rejected is not None:
-            await rejected(scope, receive, send)
-            return
         if b"access_token=" in (scope.get("query_string") or b""):
             detail = "send the token in the Authorization header, never in the query"
             await self._challenge(scope, 401, "invalid_request", detail)(scope, receive, send)
@@ -178,6 +181,23 @@ class McpEdge:
             await self._challenge(scope, 403, "insufficient_scope", detail)(scope, receive, send)
             return
         scope.setdefault("state", {})[PRINCIPAL_STATE_KEY] = principal
+        if not is_stream_request(scope):
+            await self._dispatch(scope, receive, send)
+            return
+        with self.host.streams.slot(principal) as refused:
+            if refused is not None:
+                await refusal(
+                    MCP_PATH,
+                    429,
+                    "Too many streams",
+                    f"Too many open streams: {refused}",
+                    code=RATE_LIMITED,
+                    headers={"Retry-After": str(STREAM_RETRY_AFTER_S)},
+                )(scope, receive, send)
+                return
+            await self._dispatch(scope, receive, send)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         modern = self.host.modern
         if is_modern_request(scope) and modern is not None:
             await modern.handle_request(scope, receive, send)

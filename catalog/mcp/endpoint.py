@@ -22,9 +22,9 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route
 
+from catalog.auth.quotas import StreamLimits, StreamQuotas
 from catalog.core.service import Catalog
 from catalog.mcp.asgi import PRM_PATH, McpEdge, protected_resource_metadata
 from catalog.mcp.context import MCP_PATH
@@ -32,29 +32,6 @@ from catalog.mcp.listen import ListenStreams
 from catalog.mcp.server import build_server
 from catalog.mcp.sessions import LegacySessions
 from catalog.settings import Settings
-
-
-def host_patterns(hosts: list[str]) -> list[str]:
-    """Allowed Host values: each entry as given, and with any port when it names none."""
-    out: list[str] = []
-    for host in hosts:
-        out.append(host)
-        bare = host.rsplit("]", 1)[-1] if host.startswith("[") else host
-        if ":" not in bare and not host.endswith(":*"):
-            out.append(f"{host}:*")
-    return out
-
-
-def origin_patterns(origins: list[str]) -> list[str]:
-    """Allowed Origin values: each entry as given, and with any port when it names none."""
-    out: list[str] = []
-    for origin in origins:
-        out.append(origin)
-        _, sep, authority = origin.partition("://")
-        bare = authority.rsplit("]", 1)[-1] if authority.startswith("[") else authority
-        if sep and ":" not in bare and not origin.endswith(":*"):
-            out.append(f"{origin}:*")
-    return out
 
 
 class McpEndpoint:
@@ -73,10 +50,13 @@ class McpEndpoint:
         self.server = build_server(
             self, signing_key=settings.signing_key(), listen=self.listen, sessions=self.sessions
         )
-        self.security = TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=host_patterns(settings.allowed_hosts),
-            allowed_origins=origin_patterns(settings.allowed_origins),
+        self.streams = StreamQuotas(
+            StreamLimits(
+                per_credential=settings.max_streams_per_credential,
+                per_tenant=settings.max_streams_per_tenant,
+                anonymous=settings.max_anonymous_streams,
+                per_process=settings.max_streams,
+            )
         )
         self.asgi_app = McpEdge(self)
 
@@ -101,7 +81,7 @@ class McpEndpoint:
         self._catalog = catalog
         self.listen.closed = False
         # The SDK's public manager, in its stateless JSON mode: only 2026-07-28 requests reach it.
-        # Host/Origin are checked by the edge before any request gets here.
+        # Host/Origin were checked for every route by the app's edge (catalog.auth.edge).
         modern = StreamableHTTPSessionManager(app=self.server, json_response=True, stateless=True)
         async with modern.run(), self.sessions.run(catalog, stopping), anyio.create_task_group() as tasks:
             self.modern = modern

@@ -76,9 +76,8 @@ class SharedFrames:
 class ListenStreams:
     """The ``subscriptions/listen`` handler of one endpoint, and the streams it holds open."""
 
-    def __init__(self, host: ListenHost, max_streams: int = 1024) -> None:
+    def __init__(self, host: ListenHost) -> None:
         self._host = host
-        self._max = max_streams
         self._scopes: set[anyio.CancelScope] = set()
         self._frames = SharedFrames()
         self.frames_sent = 0  # through the fast path (tests/test_sdk_private.py)
@@ -93,8 +92,6 @@ class ListenStreams:
         sid = ctx.request_id
         if sid is None:
             raise MCPError(types.INVALID_REQUEST, "subscriptions/listen needs a request id")
-        if len(self._scopes) >= self._max:
-            raise MCPError(types.INTERNAL_ERROR, "Too many open subscriptions; try again later")
         principal = principal_of(ctx)
         requested = params.notifications
         hub = self._host.hub

@@ -1,0 +1,201 @@
+"""The edge every request passes, whatever its route: one ASGI middleware in front of the whole app.
+
+In order, before any route, parser or authentication runs:
+
+1. **Host and Origin** (DNS rebinding, HTTP-2): ``Host`` must be one of ``CATALOG_ALLOWED_HOSTS`` (an
+   entry without a port allows any port), else 421; an ``Origin``, when sent, one of
+   ``CATALOG_ALLOWED_ORIGINS``, else 403. The refusal names the setting. Every route: the admin API,
+   the metadata and the probes too, so nothing built from ``Host`` (the canonical resource URI, a
+   challenge's metadata URL) ever comes from a name the operator did not list.
+2. **Request rate** (``catalog.auth.quotas.RateLimiter``): per caller (its bearer credential, else
+   its address), 429 with ``Retry-After``; health probes are exempt.
+3. **Body size and JSON depth**. ``/mcp``: :data:`MAX_MCP_BODY_BYTES` (the SDK's own 4 MiB default,
+   so nothing the SDK would take is refused). Other JSON bodies: the base64 form of
+   ``CATALOG_MAX_BLOB_BYTES`` plus :data:`JSON_OVERHEAD_BYTES`. Streamed uploads (the routes the
+   app names) are bounded by their route instead. Too large -> 413, judged on ``Content-Length`` at
+   once and on the bytes actually received otherwise; nested deeper than :data:`MAX_JSON_DEPTH`
+   (checked by a scan, before any parser could recurse) -> 400.
+
+Refusals are in the surface's own format (``catalog.auth.refusals``): a JSON-RPC error on ``/mcp``
+(``-32600`` too large, ``-32700`` too deep, ``-31003`` rate limited), problem JSON elsewhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+
+from starlette.datastructures import Headers
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from catalog.auth.quotas import RateLimiter, retry_after
+from catalog.auth.refusals import PARSE_ERROR, RATE_LIMITED, is_mcp_path, refusal
+
+MAX_MCP_BODY_BYTES = 4 * 1024 * 1024
+JSON_OVERHEAD_BYTES = 1024 * 1024
+MAX_JSON_DEPTH = 64
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})  # never rate limited: load balancers poll them
+# A JSON string (skipped whole, escapes included) or one bracket; everything else is irrelevant.
+_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+
+
+def max_admin_json_bytes(max_blob_bytes: int) -> int:
+    return 4 * -(-max_blob_bytes // 3) + JSON_OVERHEAD_BYTES
+
+
+def json_depth_exceeds(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``body`` nests arrays/objects deeper than ``limit`` (brackets inside strings ignored).
+
+    Not a validator: malformed JSON is left to the parser, which refuses it properly.
+    """
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False  # cannot be deeper than the number of openers (the common, cheap case)
+    depth = 0
+    for match in _TOKENS.finditer(body):
+        token = match.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                return True
+        elif token in (b"]", b"}"):
+            depth = max(depth - 1, 0)
+    return False
+
+
+def allowed(value: str, entries: list[str]) -> bool:
+    """Whether a Host (or Origin) value is listed: as given, or with any port for an entry that
+    names none (``127.0.0.1`` allows ``127.0.0.1:8000``; ``host:*`` says so explicitly)."""
+    if value in entries:
+        return True
+    base, sep, port = value.rpartition(":")
+    return bool(sep) and port.isdigit() and (base in entries or f"{base}:*" in entries)
+
+
+def caller_key(scope: Scope, headers: Headers) -> str:
+    """Whose budget a request spends: its bearer credential (hashed), else its address."""
+    authorization = headers.get("authorization")
+    if authorization:
+        return "credential:" + hashlib.sha256(authorization.encode()).hexdigest()[:24]
+    client = scope.get("client")
+    return "address:" + (client[0] if client else "unknown")
+
+
+class EdgeGuard:
+    """Wrap the app: Host/Origin, request rate, body size and depth (see the module docstring)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        allowed_hosts: list[str],
+        allowed_origins: list[str],
+        max_blob_bytes: int,
+        rate_limiter: RateLimiter,
+        streamed_upload: Callable[[str], bool] = lambda path: False,
+    ) -> None:
+        self.app = app
+        self.allowed_hosts = allowed_hosts
+        self.allowed_origins = allowed_origins
+        self.max_admin_bytes = max_admin_json_bytes(max_blob_bytes)
+        self.rate_limiter = rate_limiter
+        self.streamed_upload = streamed_upload
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        headers = Headers(scope=scope)
+        host = headers.get("host", "")
+        if not allowed(host, self.allowed_hosts):
+            detail = (
+                f"Host {host[:200]!r} is not one this server answers to: list it in CATALOG_ALLOWED_HOSTS"
+                " (comma-separated; an entry without a port allows any port)"
+            )
+            await refusal(path, 421, "Misdirected request", detail)(scope, receive, send)
+            return
+        origin = headers.get("origin")
+        if origin is not None and not allowed(origin, self.allowed_origins):
+            detail = (
+                f"Origin {origin[:200]!r} may not call this server: list it in CATALOG_ALLOWED_ORIGINS"
+                " (comma-separated; an entry without a port allows any port)"
+            )
+            await refusal(path, 403, "Forbidden", detail)(scope, receive, send)
+            return
+        if path not in PROBE_PATHS:
+            wait = self.rate_limiter.take(caller_key(scope, headers))
+            if wait:
+                detail = (
+                    "too many requests from this caller; retry after the number of seconds in Retry-After"
+                )
+                headers_out = {"Retry-After": retry_after(wait)}
+                await refusal(path, 429, "Too many requests", detail, code=RATE_LIMITED, headers=headers_out)(
+                    scope, receive, send
+                )
+                return
+        if scope["method"] not in _BODY_METHODS or self.streamed_upload(path):
+            await self.app(scope, receive, send)  # no body, or one its route streams and bounds
+            return
+        await self._bounded(path, scope, receive, send)
+
+    async def _bounded(self, path: str, scope: Scope, receive: Receive, send: Send) -> None:
+        limit = MAX_MCP_BODY_BYTES if is_mcp_path(path) else self.max_admin_bytes
+        declared = _content_length(scope)
+        if declared is not None and declared > limit:
+            await _too_large(path, limit, scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client went away before its body arrived: nothing to answer
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await _too_large(path, limit, scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        if json_depth_exceeds(body):
+            detail = f"the JSON body is nested deeper than {MAX_JSON_DEPTH} levels"
+            response = refusal(path, 400, "Bad request", detail, code=PARSE_ERROR)
+            await _closing(response)(scope, receive, send)
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # afterwards: disconnects, as the app would have seen them
+
+        await self.app(scope, replay, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+async def _too_large(path: str, limit: int, scope: Scope, receive: Receive, send: Send) -> None:
+    detail = f"the request body is larger than the limit of {limit} bytes"
+    await _closing(refusal(path, 413, "Content too large", detail))(scope, receive, send)
+
+
+def _closing(response: Response) -> Response:
+    """The body was not (all) read: the connection cannot be reused."""
+    response.headers["connection"] = "close"
+    return response
