@@ -73,10 +73,14 @@ async def test_list_pages_everything_visible_in_uri_order_pag_1_pag_2(srv: Serve
     assert all(p.next_cursor for p in pages[:-1]) and pages[-1].next_cursor is None
 
 
-async def test_list_pages_carry_constant_public_scope_for_anonymous_cache_1_cache_7(srv: Served) -> None:
+async def test_list_pages_carry_a_constant_private_scope_even_for_anonymous_callers_cache_1_cache_6_cache_7(
+    srv: Served,
+) -> None:
+    """One /mcp serves every tenant: the same URL answers another tenant's token differently, so no
+    answer is ``public`` (CACHE-6), not even the public tenant's anonymous one."""
     async with srv.client() as client:
         _, pages = await all_pages(client)
-    assert {(p.ttl_ms, p.cache_scope) for p in pages} == {(10_000, "public")}
+    assert {(p.ttl_ms, p.cache_scope) for p in pages} == {(10_000, "private")}
 
 
 async def test_list_for_token_is_private_and_includes_tag_granted_resource_cache_6(srv: Served) -> None:
@@ -136,7 +140,7 @@ async def test_templates_list_with_hints_res_13(srv: Served, mode: str) -> None:
     data = next(t for t in items if t.uri_template == "test://template/{id}/data")
     assert data.name == "template-data" and data.mime_type == "application/json"
     if mode == MODERN:
-        assert (pages[0].ttl_ms, pages[0].cache_scope) == (60_000, "public")
+        assert (pages[0].ttl_ms, pages[0].cache_scope) == (60_000, "private")
 
 
 # -- reading ---------------------------------------------------------------------------------------
@@ -155,7 +159,7 @@ async def test_read_text_and_blob_with_right_mime_and_size_res_9_res_12(srv: Ser
     assert isinstance(bin_item, types.BlobResourceContents) and bin_item.mime_type == "image/png"
     assert base64.b64decode(bin_item.blob) == _png_1x1()
     if mode == MODERN:
-        assert (text.ttl_ms, text.cache_scope) == (10_000, "public")
+        assert (text.ttl_ms, text.cache_scope) == (10_000, "private")
 
 
 @pytest.mark.parametrize("mode", ERAS)

@@ -114,12 +114,6 @@ def tenant_of(principal: Principal) -> int:
     return principal.tenant_id
 
 
-def is_public(principal: Principal) -> bool:
-    """Whether results for this principal may be shared across callers (``cacheScope: public``):
-    only an anonymous caller reading the public tenant gets results with nothing user-specific."""
-    return principal.kind == "anonymous"
-
-
 def canonical_uri(uri: str) -> str:
     try:
         return normalize_uri(uri)

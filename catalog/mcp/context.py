@@ -13,7 +13,6 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 
 from catalog.core.principal import Principal
-from catalog.core.reading import is_public
 
 SERVER_NAME = "catalog"
 SERVER_VERSION = "0.1.0"
@@ -49,7 +48,10 @@ def principal_of(ctx: Ctx) -> Principal:
 
 
 def cache_scope(principal: Principal) -> str:
-    return "public" if is_public(principal) else "private"
+    """Always ``private`` (CACHE-6): ``public`` would say every caller of this URL gets this answer,
+    and one ``/mcp`` serves every tenant, each token its own grants; even an anonymous answer (the
+    public tenant's) differs from what another tenant's token is told at the same URL."""
+    return "private"
 
 
 def supports_form_elicitation(ctx: Ctx) -> bool:

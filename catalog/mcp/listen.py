@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import anyio
@@ -35,6 +36,18 @@ class ListenHost(Protocol):
 
     @property
     def hub(self) -> Any: ...  # catalog.events.hub.EventHub | None
+
+
+def as_subscribed(delivery: Delivery, subscriptions: Mapping[str, str]) -> Delivery:
+    """The delivery with each updated URI the client subscribed to named as the client spelt it
+    (``subscriptions``: as sent -> canonical). Matching is on canonical URIs, but clients match
+    notifications by string against what they sent (and what the ack echoed): one spelling in both.
+    Other URIs (a subscribed directory's descendants) keep their canonical form."""
+    spellings: dict[str, list[str]] = {}
+    for sent, canonical in subscriptions.items():
+        spellings.setdefault(canonical, []).append(sent)
+    updated = tuple(spelt for uri in delivery.updated for spelt in spellings.get(uri, [uri]))
+    return delivery if updated == delivery.updated else Delivery(delivery.list_changed, updated)
 
 
 def delivery_notifications(delivery: Delivery, meta: dict[str, Any]) -> list[dict[str, Any]]:
@@ -106,7 +119,7 @@ class ListenStreams:
 
         async def deliver(delivery: Delivery) -> None:
             with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-                for frame in self._frames.frames(delivery, meta):
+                for frame in self._frames.frames(as_subscribed(delivery, uris), meta):
                     await sink.send(frame)
                     self.frames_sent += 1
 

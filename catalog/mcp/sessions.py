@@ -62,6 +62,8 @@ from catalog.core.watching import Delivery, honoured_uris, open_watch
 from catalog.db.engine import SESSIONS_CHANNEL
 from catalog.events.credentials import CredentialHold
 from catalog.mcp.context import PRINCIPAL_STATE_KEY, Ctx
+from catalog.mcp.listen import as_subscribed
+from catalog.mcp.revisions import for_revision
 from catalog.mcp.wire import SSE_HEADERS, SSE_KEEPALIVE, dumps, error_message, error_response, sse_frame
 
 logger = logging.getLogger("catalog.mcp.sessions")
@@ -372,9 +374,9 @@ class LegacySessions:
             return
         assert connection.client_params is not None  # committed by the kernel on success
         params = connection.client_params.model_dump(mode="json", by_alias=True, exclude_none=True)
-        session_id = await store.open_session(
-            self.host.catalog, principal, connection.protocol_version, params
-        )
+        version = connection.protocol_version
+        session_id = await store.open_session(self.host.catalog, principal, version, params)
+        result = for_revision(version, message.method, result)
         frame = sse_frame({"jsonrpc": "2.0", "id": message.id, "result": result})
         await _send_sse(send, [frame], session_id)
 
@@ -436,6 +438,7 @@ class LegacySessions:
                             connection=connection,
                             lifespan_state=self._lifespan_state,
                         )
+                        result = for_revision(record.protocol_version, message.method, result)
                         answer = {"jsonrpc": "2.0", "id": message.id, "result": result}
                     except Exception as exc:
                         error = _error_data(exc)
@@ -637,20 +640,15 @@ class LegacySessions:
 
 
 def _session_frames(delivery: Delivery, subscriptions: dict[str, str]) -> list[bytes]:
-    """A delivery as 2025 notifications (no ``subscriptionId``). An updated URI the client
-    subscribed to is named as the client spelt it when subscribing (it matches by string)."""
+    """A delivery as 2025 notifications (no ``subscriptionId``), each subscribed URI named as the
+    client spelt it when subscribing."""
+    delivery = as_subscribed(delivery, subscriptions)
     frames: list[bytes] = []
     if delivery.list_changed:
         frames.append(sse_frame({"jsonrpc": "2.0", "method": "notifications/resources/list_changed"}))
     for uri in delivery.updated:
-        spellings = [sent for sent, canonical in subscriptions.items() if canonical == uri] or [uri]
-        for spelt in spellings:
-            message = {
-                "jsonrpc": "2.0",
-                "method": "notifications/resources/updated",
-                "params": {"uri": spelt},
-            }
-            frames.append(sse_frame(message))
+        message = {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}}
+        frames.append(sse_frame(message))
     return frames
 
 
