@@ -12,21 +12,24 @@ import binascii
 import math
 import re
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationError,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from catalog.core.errors import FieldError, InvalidInput
 from catalog.core.uris import InvalidUri, normalize_uri, validate_uri_prefix
 
 # RFC 6838 type/subtype with optional parameters.
@@ -71,25 +74,22 @@ def _check_icon_src(value: str) -> str:
     raise ValueError("an icon src must be an https URL or a data: URI")
 
 
-Uri = Annotated[str, StringConstraints(min_length=1, max_length=8192), AfterValidator(_check_uri)]
-UriPrefix = Annotated[str, StringConstraints(min_length=1, max_length=8192), AfterValidator(_check_prefix)]
-MimeType = Annotated[str, StringConstraints(max_length=255), AfterValidator(_check_mime)]
-ShortText = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
-LongText = Annotated[str, StringConstraints(max_length=65_536)]
-Tag = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")]
-Scope = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
-
+# -- free text -------------------------------------------------------------------------------------
+# One rule for every text a client gives (names, titles, descriptions, consent messages and
+# purposes, token and tenant names, tags, template bodies): a size limit, and no NUL character or
+# unpaired surrogate, which PostgreSQL cannot store (an insert would fail mid-transaction: a 500).
+# Checked before pydantic's own string validation, so the reason is named plainly.
 
 MAX_JSON_DEPTH = 32
+MAX_SHORT_TEXT = 1024
+MAX_LONG_TEXT = 65_536
+MAX_TEMPLATE_BODY = 1_048_576
+MAX_TAG_LENGTH = 128
+MAX_CONSENT_PURPOSE_LENGTH = 1024
 
 
-def _escape_pointer(part: object) -> str:
-    # An unpaired surrogate in a key is shown backslash-escaped: error messages must be UTF-8.
-    text = str(part).encode("utf-8", "backslashreplace").decode("utf-8")
-    return text.replace("~", "~0").replace("/", "~1")
-
-
-def _string_problem(text: str) -> str | None:
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored as PostgreSQL text, or None."""
     if "\x00" in text:
         return "contains a NUL character"
     try:
@@ -97,6 +97,55 @@ def _string_problem(text: str) -> str | None:
     except UnicodeEncodeError:
         return "contains an unpaired surrogate (not valid Unicode)"
     return None
+
+
+def _storable_text(value: Any) -> Any:
+    if isinstance(value, str):
+        reason = text_problem(value)
+        if reason is not None:
+            raise ValueError(reason)
+    return value
+
+
+# Every free-text type carries this check (with its own StringConstraints for the size).
+STORABLE = BeforeValidator(_storable_text)
+
+ShortText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_SHORT_TEXT), STORABLE]
+LongText = Annotated[str, StringConstraints(max_length=MAX_LONG_TEXT), STORABLE]
+TemplateBody = Annotated[str, StringConstraints(max_length=MAX_TEMPLATE_BODY), STORABLE]
+Tag = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_TAG_LENGTH, pattern=r"^[^\x00-\x1f\x7f]+$"), STORABLE
+]
+ConsentPurpose = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_CONSENT_PURPOSE_LENGTH), STORABLE
+]
+Scope = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
+Uri = Annotated[str, StringConstraints(min_length=1, max_length=8192), AfterValidator(_check_uri)]
+UriPrefix = Annotated[str, StringConstraints(min_length=1, max_length=8192), AfterValidator(_check_prefix)]
+MimeType = Annotated[str, StringConstraints(max_length=255), AfterValidator(_check_mime)]
+
+
+def _utc_representable(value: datetime | None) -> datetime | None:
+    """A time must name its zone and exist in UTC within years 1..9999: PostgreSQL's driver sends
+    times as UTC, and ``9999-12-31T23:59:59-01:00`` is year 10000 there (a 500 before)."""
+    if value is None:
+        return value
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("needs a time zone (e.g. 2030-01-01T00:00:00Z)")
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("is out of range (years 1 to 9999 in UTC)") from None
+    return value
+
+
+AwareDatetime = Annotated[datetime, AfterValidator(_utc_representable)]
+
+
+def _escape_pointer(part: object) -> str:
+    # An unpaired surrogate in a key is shown backslash-escaped: error messages must be UTF-8.
+    text = str(part).encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.replace("~", "~0").replace("/", "~1")
 
 
 def storable_json_problem(value: object) -> tuple[str, str] | None:
@@ -113,7 +162,7 @@ def storable_json_problem(value: object) -> tuple[str, str] | None:
         if depth > MAX_JSON_DEPTH:
             return pointer, f"nested deeper than {MAX_JSON_DEPTH} levels"
         if isinstance(item, str):
-            reason = _string_problem(item)
+            reason = text_problem(item)
             if reason is not None:
                 return pointer, reason
         elif isinstance(item, float):
@@ -122,7 +171,7 @@ def storable_json_problem(value: object) -> tuple[str, str] | None:
         elif isinstance(item, dict):
             for key, child in item.items():
                 child_pointer = f"{pointer}/{_escape_pointer(key)}"
-                reason = _string_problem(key) if isinstance(key, str) else None
+                reason = text_problem(key) if isinstance(key, str) else None
                 if reason is not None:
                     return child_pointer, f"the key {reason}"
                 stack.append((child, child_pointer, depth + 1))
@@ -154,6 +203,24 @@ class Model(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(model: type[M], detail: str, **values: Any) -> M:
+    """``model`` built from ``values``, or :class:`InvalidInput` with a JSON Pointer per error: for
+    core functions that callers reach without a validated body (the CLI, imports, other code)."""
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        errors = []
+        for error in exc.errors():
+            pointer = "".join(f"/{_escape_pointer(part)}" for part in error["loc"])
+            if isinstance((error.get("ctx") or {}).get("pointer"), str):
+                pointer += error["ctx"]["pointer"]
+            errors.append(FieldError(pointer, str(error["msg"]).removeprefix("Value error, ")))
+        raise InvalidInput(detail, errors=errors) from None
+
+
 def column_values(body: BaseModel, fields: Sequence[str]) -> dict[str, Any]:
     """The named fields of a resource or template body as their database columns hold them."""
     values: dict[str, Any] = {}
@@ -181,14 +248,7 @@ class Icon(Model):
 class Annotations(Model):
     audience: list[Literal["user", "assistant"]] | None = Field(default=None, max_length=2)
     priority: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
-    last_modified: datetime | None = None
-
-    @field_validator("last_modified")
-    @classmethod
-    def _aware(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            raise ValueError("lastModified needs a time zone (e.g. 2025-01-12T15:00:58Z)")
-        return value
+    last_modified: AwareDatetime | None = None
 
 
 Meta = dict[str, Any]
@@ -372,7 +432,7 @@ class TemplateIn(Model):
     annotations: Annotations | None = None
     tags: list[Tag] | None = Field(default=None, max_length=MAX_TAGS)
     meta: Meta | None = Field(default=None, alias="_meta")
-    text: Annotated[str, StringConstraints(max_length=1_048_576)] | None = Field(
+    text: TemplateBody | None = Field(
         default=None, description="a body rendered with the matched variables ({var} placeholders)"
     )
 
@@ -387,7 +447,7 @@ class TemplatePatch(Model):
     annotations: Annotations | None = None
     tags: list[Tag] | None = Field(default=None, max_length=MAX_TAGS)
     meta: Meta | None = Field(default=None, alias="_meta")
-    text: Annotated[str, StringConstraints(max_length=1_048_576)] | None = None
+    text: TemplateBody | None = None
 
     @model_validator(mode="after")
     def _required(self) -> TemplatePatch:
@@ -442,15 +502,8 @@ class GrantOut(Model):
 class TokenIn(Model):
     scopes: list[Scope] = Field(default_factory=list, max_length=64)
     admin: bool = False
-    expires_at: datetime | None = None
+    expires_at: AwareDatetime | None = None
     name: ShortText | None = None
-
-    @field_validator("expires_at")
-    @classmethod
-    def _aware(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            raise ValueError("expiresAt needs a time zone (e.g. 2030-01-01T00:00:00Z)")
-        return value
 
 
 class TokenOut(Model):

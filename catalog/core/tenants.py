@@ -11,6 +11,7 @@ from sqlalchemy.exc import IntegrityError
 
 from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound
 from catalog.core.principal import Principal
+from catalog.core.schemas import TenantIn, validated
 from catalog.core.service import Catalog
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import tenants
@@ -41,6 +42,9 @@ def validate_slug(slug: str, pointer: str = "/slug") -> str:
 
 async def create_tenant(catalog: Catalog, slug: str, name: str | None = None) -> Tenant:
     validate_slug(slug)
+    # The admin API's model validated its body already; the CLI and other callers come here
+    # directly, so the same model checks the name here (the free-text rule).
+    validated(TenantIn, "invalid tenant", slug=slug, name=name)
     try:
         async with transaction(catalog.engine, TenantScope.platform()) as conn:
             row = (
