@@ -30,6 +30,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from catalog.core.errors import FieldError, InvalidInput
+from catalog.core.meta import meta_problem
 from catalog.core.uris import InvalidUri, normalize_uri, validate_uri_prefix
 
 # RFC 6838 type/subtype with optional parameters.
@@ -251,7 +252,18 @@ class Annotations(Model):
     last_modified: AwareDatetime | None = None
 
 
-Meta = dict[str, Any]
+def _check_meta(value: dict[str, Any]) -> dict[str, Any]:
+    problem = meta_problem(value)
+    if problem is not None:
+        key, reason = problem
+        # ``pointer`` (relative to the _meta field) lets the admin API point at the key at fault.
+        pointer = f"/{_escape_pointer(key)}" if key else ""
+        raise PydanticCustomError("invalid_meta", "{reason}", {"reason": reason, "pointer": pointer})
+    return value
+
+
+# Curator-supplied ``_meta``: key names, reserved prefixes and W3C values (catalog.core.meta).
+Meta = Annotated[dict[str, Any], AfterValidator(_check_meta)]
 
 
 class ResourceFields(Model):
@@ -349,7 +361,7 @@ class ResourceOut(Model):
     annotations: Annotations | None = None
     tags: list[str] = Field(default_factory=list)
     consent_message: str | None = None
-    meta: Meta | None = Field(default=None, alias="_meta")
+    meta: dict[str, Any] | None = Field(default=None, alias="_meta")
     version: int
     created_at: datetime
     updated_at: datetime
@@ -467,7 +479,7 @@ class TemplateOut(Model):
     icons: list[Icon] | None = None
     annotations: Annotations | None = None
     tags: list[str] = Field(default_factory=list)
-    meta: Meta | None = Field(default=None, alias="_meta")
+    meta: dict[str, Any] | None = Field(default=None, alias="_meta")
     text: str | None = None
     version: int
     created_at: datetime
