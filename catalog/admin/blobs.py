@@ -85,7 +85,9 @@ async def upload_blob(
     responses={200: {"content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}}, 404: {}},
 )
 async def download_blob(sha256: Sha256, tenant: AdminTenantDep, catalog: CatalogDep) -> Response:
-    """The bytes, streamed, with the Content-Type they were uploaded with and their Content-Length."""
+    """The bytes, streamed, with the Content-Type they were uploaded with and their Content-Length;
+    ``nosniff``, a sandboxing CSP, and ``attachment`` unless the type is passive (images, plain text,
+    JSON, audio, video)."""
     blob = await core.get_blob(catalog, tenant.id, sha256)
     if blob is None:
         raise NotFound(f"no blob {sha256}")
@@ -95,5 +97,38 @@ async def download_blob(sha256: Sha256, tenant: AdminTenantDep, catalog: Catalog
             "Content-Type": blob.mime_type or DEFAULT_MIME_TYPE,
             "Content-Length": str(blob.size),
             "ETag": f'"{blob.sha256}"',
+            **download_headers(blob.sha256, blob.mime_type),
         },
     )
+
+
+# Types a browser shows without running anything. Everything else (HTML, SVG, XML, scripts, PDF,
+# types we have never heard of) is sent as an attachment: curators upload whatever they like, and a
+# blob opened from the admin origin must not run script there.
+PASSIVE_TYPES = frozenset(
+    {
+        "application/octet-stream",
+        "application/json",
+        "text/plain",
+        "text/csv",
+        "image/png",
+        "image/jpeg",
+        "image/gif",
+        "image/webp",
+        "image/avif",
+    }
+)
+BLOB_CSP = "default-src 'none'; sandbox"
+
+
+def download_headers(sha256: str, mime_type: str | None) -> dict[str, str]:
+    """The headers that make stored content safe to serve from this origin, for every response
+    that carries blob bytes: never sniffed into another type, never able to run script (a sandboxed
+    CSP even if rendered), and active types downloaded instead of rendered."""
+    essence = (mime_type or DEFAULT_MIME_TYPE).split(";", 1)[0].strip().lower()
+    passive = essence in PASSIVE_TYPES or essence.startswith(("audio/", "video/"))
+    return {
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": BLOB_CSP,
+        "Content-Disposition": f'{"inline" if passive else "attachment"}; filename="{sha256}"',
+    }

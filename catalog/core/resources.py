@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from catalog.core import blobs as blob_store
 from catalog.core.audit import record_audit
 from catalog.core.cursors import decode_cursor, encode_cursor
-from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound, PreconditionFailed
+from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound, PreconditionFailed, TooLarge
 from catalog.core.principal import Principal
 from catalog.core.schemas import DIRECTORY_MIME_TYPE, ResourceIn, ResourceOut, ResourcePatch, column_values
 from catalog.core.service import Catalog
@@ -201,7 +201,15 @@ async def _resolve_content(
 ) -> _Content | None:
     """The content the body names, or None when it names none."""
     if body.text is not None:
-        return _Content(text=body.text, blob_sha256=None, size=len(body.text.encode()))
+        size = len(body.text.encode())
+        limit = catalog.settings.max_blob_bytes
+        if size > limit:
+            # One limit for content of either kind: text is content as much as a blob is.
+            raise TooLarge(
+                f"the text is larger than the limit of {limit} bytes (CATALOG_MAX_BLOB_BYTES)",
+                errors=[FieldError("/text", f"{size} bytes of UTF-8; at most {limit}")],
+            )
+        return _Content(text=body.text, blob_sha256=None, size=size)
     if body.blob is not None:
         data = body.blob_bytes() if isinstance(body, ResourceIn) else _b64decode(body.blob)
         if current is not None and current.blob_sha256 == hashlib.sha256(data).hexdigest():
