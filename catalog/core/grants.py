@@ -10,7 +10,7 @@ from sqlalchemy.exc import IntegrityError
 from catalog.core.audit import record_audit
 from catalog.core.errors import Conflict, NotFound
 from catalog.core.principal import Principal
-from catalog.core.schemas import GrantIn, GrantOut
+from catalog.core.schemas import GrantCreated, GrantIn, GrantOut
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.db.engine import TenantScope, transaction
@@ -32,7 +32,8 @@ def _selector(row: Row[Any] | GrantIn) -> str:
     return row.uri or row.uri_prefix or f"tag:{row.tag}"
 
 
-async def create_grant(catalog: Catalog, principal: Principal, tenant: Tenant, body: GrantIn) -> GrantOut:
+async def create_grant(catalog: Catalog, principal: Principal, tenant: Tenant, body: GrantIn) -> GrantCreated:
+    """Store the grant; the answer carries ``warnings`` when it may cover more than meant."""
     try:
         async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
             row = (
@@ -62,7 +63,7 @@ async def create_grant(catalog: Catalog, principal: Principal, tenant: Tenant, b
             )
     except IntegrityError:
         raise Conflict("the same grant exists already") from None
-    return grant_out(row)
+    return GrantCreated(**grant_out(row).model_dump(), warnings=body.warnings() or None)
 
 
 async def list_grants(catalog: Catalog, tenant: Tenant) -> list[GrantOut]:

@@ -486,13 +486,34 @@ class TemplateOut(Model):
     updated_at: datetime
 
 
+URI_PREFIX_DESCRIPTION = (
+    "every URI that starts with this string, compared character by character: a plain string "
+    "prefix, not a path. file:///a covers file:///a/x and also file:///ab; end the prefix with '/' "
+    "(or another delimiter such as '#', '?' or ':') to grant exactly a subtree. A prefix that does "
+    "not end at a delimiter is accepted, with a warning in the response."
+)
+# A prefix ending in one of these stops at a boundary of the URI's structure (RFC 3986 delimiters).
+PREFIX_BOUNDARIES = frozenset("/#?:&=;")
+
+
 class GrantIn(Model):
-    """Exactly one selector: ``uri`` (one resource), ``uriPrefix`` (a subtree) or ``tag``."""
+    """Exactly one selector: ``uri`` (one resource), ``uriPrefix`` (every URI starting with that
+    string) or ``tag`` (everything carrying the tag)."""
 
     scope: Scope
-    uri: Uri | None = None
-    uri_prefix: UriPrefix | None = None
-    tag: Tag | None = None
+    uri: Uri | None = Field(default=None, description="exactly this URI (canonical form)")
+    uri_prefix: UriPrefix | None = Field(default=None, description=URI_PREFIX_DESCRIPTION)
+    tag: Tag | None = Field(default=None, description="every resource and template carrying this tag")
+
+    def warnings(self) -> list[str]:
+        """What the curator may not have meant (the grant is valid either way)."""
+        prefix = self.uri_prefix
+        if prefix is None or prefix[-1] in PREFIX_BOUNDARIES:
+            return []
+        return [
+            f"uriPrefix {prefix!r} is a plain string prefix: it also covers URIs such as "
+            f"{prefix + 'x'!r}, not only those under {prefix + '/'!r}; end it with '/' to grant a subtree"
+        ]
 
     @model_validator(mode="after")
     def _one_selector(self) -> GrantIn:
@@ -509,6 +530,12 @@ class GrantOut(Model):
     uri_prefix: str | None = None
     tag: str | None = None
     created_at: datetime
+
+
+class GrantCreated(GrantOut):
+    warnings: list[str] | None = Field(
+        default=None, description="present when the grant may cover more than meant (see uriPrefix)"
+    )
 
 
 class TokenIn(Model):

@@ -1,8 +1,9 @@
 """The one visibility rule: what a principal may see of a tenant's catalogue.
 
 A resource or template is visible to a principal who administers its tenant, or who holds a scope
-that some grant of that tenant gives over it: ``{uri}`` (one resource), ``{uriPrefix}`` (a subtree)
-or ``{tag}`` (everything carrying the tag). Templates are matched on their literal prefix.
+that some grant of that tenant gives over it: ``{uri}`` (one resource), ``{uriPrefix}`` (every URI
+starting with that string: a plain string prefix, so ``file:///a`` covers ``file:///ab`` too) or
+``{tag}`` (everything carrying the tag). Templates are matched on their literal prefix.
 
 ``load_visibility`` reads the principal's grants once; the resulting ``Visibility`` turns them into
 SQL predicates — prefix grants as index ranges on the "C"-collated URI, never post-filters — used by
