@@ -12,7 +12,7 @@ router = APIRouter(prefix="/tenants", tags=["tenants"])
 
 
 def _out(tenant: core.Tenant) -> TenantOut:
-    return TenantOut(slug=tenant.slug, name=tenant.name, created_at=tenant.created_at)
+    return TenantOut.model_validate(tenant, from_attributes=True)
 
 
 @router.post(

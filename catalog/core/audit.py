@@ -1,8 +1,16 @@
-"""The audit log: who changed what, when; written inside the transaction of the change itself."""
+"""The audit log: who changed what, when; written inside the transaction of the change itself.
+
+Each write records one :class:`AuditEntry` (a value object: action, target, digests before and
+after, detail), never a long positional argument list.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -11,40 +19,65 @@ from catalog.core.cursors import InvalidCursor, decode_cursor, encode_cursor
 from catalog.core.principal import Principal
 from catalog.core.schemas import AuditEntryOut
 from catalog.core.service import Catalog
-from catalog.core.tenants import Tenant
 from catalog.core.visibility import principal_fingerprint
+from catalog.db.bulk import insert_rows
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import audit_log
+
+if TYPE_CHECKING:
+    from catalog.core.tenants import Tenant
 
 MAX_PAGE = 1000
 DEFAULT_PAGE = 100
 
 
+def digest(snapshot: Mapping[str, Any] | None) -> str | None:
+    """sha256 of an entity's snapshot as canonical JSON (sorted keys); None for "no such thing"."""
+    if snapshot is None:
+        return None
+    body = json.dumps(snapshot, sort_keys=True, default=str)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditEntry:
+    """One change: ``action`` (``resource.create``, ``grant.delete``, ...) on the target of
+    ``target_kind``/``target_id`` (and ``uri`` where it has one), with the target's digests
+    ``before`` and ``after`` the change (None where it did not exist) and an optional ``detail``."""
+
+    action: str
+    target_kind: str
+    target_id: int | None = None
+    uri: str | None = None
+    before: str | None = None
+    after: str | None = None
+    detail: dict[str, Any] | None = None
+
+    def row(self, tenant_id: int, principal: Principal) -> dict[str, Any]:
+        return {
+            "tenant_id": tenant_id,
+            "principal": principal.label,
+            "action": self.action,
+            "target_kind": self.target_kind,
+            "target_id": self.target_id,
+            "uri": self.uri,
+            "before_digest": self.before,
+            "after_digest": self.after,
+            "detail": self.detail,
+        }
+
+
 async def record_audit(
-    conn: AsyncConnection,
-    tenant_id: int,
-    principal: Principal,
-    action: str,
-    target_kind: str,
-    target_id: int | None,
-    uri: str | None,
-    before_digest: str | None,
-    after_digest: str | None,
-    detail: dict[str, Any] | None = None,
+    conn: AsyncConnection, tenant_id: int, principal: Principal, entry: AuditEntry
 ) -> None:
-    await conn.execute(
-        insert(audit_log).values(
-            tenant_id=tenant_id,
-            principal=principal.label,
-            action=action,
-            target_kind=target_kind,
-            target_id=target_id,
-            uri=uri,
-            before_digest=before_digest,
-            after_digest=after_digest,
-            detail=detail,
-        )
-    )
+    await conn.execute(insert(audit_log).values(entry.row(tenant_id, principal)))
+
+
+async def record_audits(
+    conn: AsyncConnection, tenant_id: int, principal: Principal, entries: Sequence[AuditEntry]
+) -> None:
+    """Many entries in one statement (an import's batch)."""
+    await insert_rows(conn, audit_log, [entry.row(tenant_id, principal) for entry in entries])
 
 
 async def audit_page(
@@ -58,18 +91,7 @@ async def audit_page(
 
 
 def audit_entry_out(row: Any) -> AuditEntryOut:
-    return AuditEntryOut(
-        id=row.id,
-        at=row.at,
-        principal=row.principal,
-        action=row.action,
-        target_kind=row.target_kind,
-        target_id=row.target_id,
-        uri=row.uri,
-        before_digest=row.before_digest,
-        after_digest=row.after_digest,
-        detail=row.detail,
-    )
+    return AuditEntryOut.model_validate(row, from_attributes=True)
 
 
 async def list_audit(

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import Row, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from catalog.core.audit import record_audit
+from catalog.core.audit import AuditEntry, record_audit
 from catalog.core.errors import Conflict, NotFound
 from catalog.core.principal import Principal
 from catalog.core.schemas import GrantCreated, GrantIn, GrantOut
@@ -18,14 +18,7 @@ from catalog.db.models import grants
 
 
 def grant_out(row: Row[Any]) -> GrantOut:
-    return GrantOut(
-        id=row.id,
-        scope=row.scope,
-        uri=row.uri,
-        uri_prefix=row.uri_prefix,
-        tag=row.tag,
-        created_at=row.created_at,
-    )
+    return GrantOut.model_validate(row, from_attributes=True)
 
 
 def _selector(row: Row[Any] | GrantIn) -> str:
@@ -53,17 +46,19 @@ async def create_grant(catalog: Catalog, principal: Principal, tenant: Tenant, b
                 conn,
                 tenant.id,
                 principal,
-                "grant.create",
-                "grant",
-                row.id,
-                _selector(row),
-                None,
-                None,
-                {"scope": row.scope},
+                AuditEntry(
+                    action="grant.create",
+                    target_kind="grant",
+                    target_id=row.id,
+                    uri=_selector(row),
+                    detail={"scope": row.scope},
+                ),
             )
     except IntegrityError:
         raise Conflict("the same grant exists already") from None
-    return GrantCreated(**grant_out(row).model_dump(), warnings=body.warnings() or None)
+    return GrantCreated.model_validate(row, from_attributes=True).model_copy(
+        update={"warnings": body.warnings() or None}
+    )
 
 
 async def list_grants(catalog: Catalog, tenant: Tenant) -> list[GrantOut]:
@@ -89,11 +84,11 @@ async def delete_grant(catalog: Catalog, principal: Principal, tenant: Tenant, g
             conn,
             tenant.id,
             principal,
-            "grant.delete",
-            "grant",
-            row.id,
-            _selector(row),
-            None,
-            None,
-            {"scope": row.scope},
+            AuditEntry(
+                action="grant.delete",
+                target_kind="grant",
+                target_id=row.id,
+                uri=_selector(row),
+                detail={"scope": row.scope},
+            ),
         )

@@ -36,7 +36,7 @@ from sqlalchemy import and_, func, literal, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core import blobs as blob_store
-from catalog.core.audit import record_audit
+from catalog.core.audit import AuditEntry, record_audit
 from catalog.core.errors import Forbidden, InvalidInput, NotFound
 from catalog.core.principal import Principal
 from catalog.core.resources import LISTING_COLUMNS, ResourceRecord, list_page, record_from_row
@@ -218,13 +218,13 @@ async def read_resource(
                     conn,
                     tenant_id,
                     principal,
-                    "resource.consent",
-                    "resource",
-                    record.id,
-                    record.uri,
-                    None,
-                    None,
-                    {"purpose": consent_purpose},
+                    AuditEntry(
+                        action="resource.consent",
+                        target_kind="resource",
+                        target_id=record.id,
+                        uri=record.uri,
+                        detail={"purpose": consent_purpose},
+                    ),
                 )
             if record.is_directory:
                 contents, truncated = await _directory_contents(conn, visibility, record)

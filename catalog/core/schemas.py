@@ -17,6 +17,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
+    AliasChoices,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -549,7 +550,8 @@ class TokenOut(Model):
     id: int
     name: str | None = None
     scopes: list[str]
-    admin: bool
+    # From a record, the column's name (is_admin); on the wire, ``admin``.
+    admin: bool = Field(validation_alias=AliasChoices("admin", "is_admin"))
     expires_at: datetime | None = None
     revoked_at: datetime | None = None
     created_at: datetime

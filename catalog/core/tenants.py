@@ -15,6 +15,7 @@ from catalog.core.schemas import TenantIn, validated
 from catalog.core.service import Catalog
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import tenants
+from catalog.db.rows import from_row
 
 SLUG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
@@ -54,7 +55,7 @@ async def create_tenant(catalog: Catalog, slug: str, name: str | None = None) ->
         raise Conflict(
             f"tenant {slug!r} exists already", errors=[FieldError("/slug", "already taken")]
         ) from None
-    return Tenant(row.id, row.slug, row.name, row.created_at)
+    return from_row(Tenant, row)
 
 
 async def list_tenants(catalog: Catalog, principal: Principal) -> list[Tenant]:
@@ -63,7 +64,7 @@ async def list_tenants(catalog: Catalog, principal: Principal) -> list[Tenant]:
         query = query.where(tenants.c.id == principal.tenant_id)
     async with catalog.engine.connect() as conn:
         rows = (await conn.execute(query)).all()
-    return [Tenant(r.id, r.slug, r.name, r.created_at) for r in rows]
+    return [from_row(Tenant, r) for r in rows]
 
 
 async def find_tenant(catalog: Catalog, slug: str) -> Tenant | None:
@@ -71,7 +72,7 @@ async def find_tenant(catalog: Catalog, slug: str) -> Tenant | None:
         return None
     async with catalog.engine.connect() as conn:
         row = (await conn.execute(select(tenants).where(tenants.c.slug == slug))).one_or_none()
-    return Tenant(row.id, row.slug, row.name, row.created_at) if row else None
+    return from_row(Tenant, row) if row else None
 
 
 async def get_tenant(catalog: Catalog, slug: str) -> Tenant:
