@@ -93,3 +93,26 @@ async def test_change_feed_is_per_tenant(client: httpx.AsyncClient, tenant: str)
     await create_resource(client, tenant, uri="test://ours")
     items = (await client.get(f"{API}/tenants/{tenant}/changes")).json()["items"]
     assert [c["uri"] for c in items] == ["test://ours"]
+
+
+async def test_a_tenants_change_feed_numbers_only_its_own_changes(
+    client: httpx.AsyncClient, tenant: str
+) -> None:
+    """Issue 12 item 15: another tenant's writes leave no gap in this tenant's seq, and ?after=
+    works as before."""
+    await client.post(f"{API}/tenants", json={"slug": "busy"})
+    for n in range(3):
+        await create_resource(client, tenant, uri=f"test://ours/{n}")
+        for m in range(5):
+            await create_resource(client, "busy", uri=f"test://theirs/{n}/{m}")
+    feed = f"{API}/tenants/{tenant}/changes"
+    items = (await client.get(feed)).json()["items"]
+    assert [c["seq"] for c in items] == [1, 2, 3]
+    assert [c["uri"] for c in (await client.get(feed, params={"after": 1})).json()["items"]] == [
+        "test://ours/1",
+        "test://ours/2",
+    ]
+    assert [
+        c["seq"]
+        for c in (await client.get(f"{API}/tenants/busy/changes", params={"limit": 1000})).json()["items"]
+    ] == list(range(1, 16))

@@ -407,7 +407,7 @@ class AuditEntryOut(Model):
 
 
 class ChangeOut(Model):
-    seq: int
+    seq: int = Field(description="this tenant's own change number (one sequence per tenant)")
     kind: Literal["resource", "template", "grant"]
     uri: str | None = None
     op: Literal["created", "updated", "deleted"]
