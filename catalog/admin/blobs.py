@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Request, Response, status
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from catalog.admin.deps import AdminTenantDep, CatalogDep
+from catalog.admin.deps import AdminTenantDep, CatalogDep, PrincipalDep
 from catalog.core import blobs as core
 from catalog.core.errors import FieldError, InvalidInput, NotFound, TooLarge
 from catalog.core.schemas import MIME_TYPE_PATTERN, BlobOut
@@ -64,13 +64,14 @@ async def upload_blob(
     request: Request,
     tenant: AdminTenantDep,
     catalog: CatalogDep,
+    principal: PrincipalDep,
     content_type: Annotated[str | None, Header(alias="Content-Type", include_in_schema=False)] = None,
     content_length: Annotated[str | None, Header(alias="Content-Length", include_in_schema=False)] = None,
 ) -> JSONResponse:
     """Upload raw bytes, streamed and hashed on the way in, bounded by ``CATALOG_MAX_BLOB_BYTES``."""
     mime_type = _mime_type(content_type)
     _check_declared_length(catalog.settings.max_blob_bytes, content_length)
-    blob, created = await core.put_stream(catalog, tenant.id, request.stream(), mime_type)
+    blob, created = await core.put_stream(catalog, tenant.id, request.stream(), mime_type, by=principal)
     out = BlobOut(sha256=blob.sha256, size=blob.size, mime_type=blob.mime_type)
     return JSONResponse(
         out.dump(),

@@ -1,7 +1,14 @@
 """The audit log: who changed what, when; written inside the transaction of the change itself.
 
-Each write records one :class:`AuditEntry` (a value object: action, target, digests before and
-after, detail), never a long positional argument list.
+Every write records one :class:`AuditEntry` (a value object: action, target, digests before and
+after, detail): resources, templates, grants, tokens and blobs in their tenant's log, consents to
+gated reads too; tenant creations and deletions in the platform log. Digests are of the target's
+snapshot (:func:`digest`; a blob's is its sha256), so a reader can tell which state a change
+started from and which it left.
+
+The platform log (``platform_audit_log``, readable in the platform scope only) also receives a
+tenant's whole trail just before the tenant is deleted (a trigger, migration 0004), so the trail
+outlives the tenant as the platform admin's record.
 """
 
 from __future__ import annotations
@@ -17,12 +24,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.cursors import InvalidCursor, decode_cursor, encode_cursor
 from catalog.core.principal import Principal
-from catalog.core.schemas import AuditEntryOut
+from catalog.core.schemas import AuditEntryOut, PlatformAuditEntryOut
 from catalog.core.service import Catalog
 from catalog.core.visibility import principal_fingerprint
 from catalog.db.bulk import insert_rows
 from catalog.db.engine import TenantScope, transaction
-from catalog.db.models import audit_log
+from catalog.db.models import audit_log, platform_audit_log
 
 if TYPE_CHECKING:
     from catalog.core.tenants import Tenant
@@ -73,6 +80,15 @@ async def record_audit(
     await conn.execute(insert(audit_log).values(entry.row(tenant_id, principal)))
 
 
+async def record_platform_audit(
+    conn: AsyncConnection, tenant_id: int, tenant_slug: str, principal: Principal, entry: AuditEntry
+) -> None:
+    """An entry of the platform log (in a platform-scoped transaction): tenant creation, deletion."""
+    await conn.execute(
+        insert(platform_audit_log).values(**entry.row(tenant_id, principal), tenant_slug=tenant_slug)
+    )
+
+
 async def record_audits(
     conn: AsyncConnection, tenant_id: int, principal: Principal, entries: Sequence[AuditEntry]
 ) -> None:
@@ -115,6 +131,38 @@ async def list_audit(
     async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
         rows = await audit_page(conn, tenant.id, before_id=before_id, limit=limit)
     entries = [audit_entry_out(row) for row in rows[:limit]]
+    next_cursor = None
+    if len(rows) > limit:
+        next_cursor = encode_cursor(
+            catalog.signing_key, after=entries[-1].id, listing=listing, fingerprint=fingerprint
+        )
+    return entries, next_cursor
+
+
+async def list_platform_audit(
+    catalog: Catalog,
+    principal: Principal,
+    *,
+    tenant_id: int | None = None,
+    cursor: str | None = None,
+    limit: int = DEFAULT_PAGE,
+) -> tuple[list[PlatformAuditEntryOut], str | None]:
+    """One page of the platform log (newest first; ``tenant_id`` narrows it to one tenant, live or
+    deleted), and the signed cursor to the next page. For the platform admin only."""
+    limit = max(1, min(limit, MAX_PAGE))
+    listing = f"admin.platform-audit:{tenant_id}"
+    fingerprint = principal_fingerprint(principal, 0)
+    query = select(platform_audit_log)
+    if tenant_id is not None:
+        query = query.where(platform_audit_log.c.tenant_id == tenant_id)
+    if cursor:
+        position = decode_cursor(catalog.signing_key, cursor, listing=listing, fingerprint=fingerprint)
+        if not isinstance(position.after, int):
+            raise InvalidCursor()
+        query = query.where(platform_audit_log.c.id < position.after)
+    async with transaction(catalog.engine, TenantScope.platform()) as conn:
+        rows = (await conn.execute(query.order_by(platform_audit_log.c.id.desc()).limit(limit + 1))).all()
+    entries = [PlatformAuditEntryOut.model_validate(row, from_attributes=True) for row in rows[:limit]]
     next_cursor = None
     if len(rows) > limit:
         next_cursor = encode_cursor(

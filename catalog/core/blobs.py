@@ -19,7 +19,9 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from catalog.core.audit import AuditEntry, record_audit
 from catalog.core.errors import TooLarge
+from catalog.core.principal import Principal
 from catalog.core.service import Catalog
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import blobs
@@ -40,30 +42,63 @@ def _too_large(limit: int) -> TooLarge:
 
 
 async def _insert(
-    conn: AsyncConnection, tenant_id: int, digest: str, data: bytes, mime_type: str | None
+    conn: AsyncConnection,
+    tenant_id: int,
+    digest: str,
+    data: bytes,
+    mime_type: str | None,
+    principal: Principal,
 ) -> StoredBlob:
-    await conn.execute(
-        pg_insert(blobs)
-        .values(tenant_id=tenant_id, sha256=digest, size=len(data), mime_type=mime_type, data=data)
-        .on_conflict_do_nothing(index_elements=["tenant_id", "sha256"])
-    )
+    """Store the bytes unless the tenant has them already; a new blob is audited (``blob.create``,
+    its digest its sha256) in the same transaction."""
+    inserted = (
+        await conn.execute(
+            pg_insert(blobs)
+            .values(tenant_id=tenant_id, sha256=digest, size=len(data), mime_type=mime_type, data=data)
+            .on_conflict_do_nothing(index_elements=["tenant_id", "sha256"])
+            .returning(blobs.c.sha256)
+        )
+    ).first()
     found = await find_blob(conn, tenant_id, digest)
     assert found is not None
+    if inserted is not None:
+        await record_audit(
+            conn,
+            tenant_id,
+            principal,
+            AuditEntry(
+                action="blob.create",
+                target_kind="blob",
+                after=found.sha256,
+                detail={"sha256": found.sha256, "size": found.size, "mimeType": found.mime_type},
+            ),
+        )
     return found
 
 
 async def put_bytes(
-    catalog: Catalog, conn: AsyncConnection, tenant_id: int, data: bytes, mime_type: str | None
+    catalog: Catalog,
+    conn: AsyncConnection,
+    tenant_id: int,
+    data: bytes,
+    mime_type: str | None,
+    *,
+    by: Principal,
 ) -> StoredBlob:
     """Store bytes already in memory (a base64 blob in a resource body), inside the caller's transaction."""
     limit = catalog.settings.max_blob_bytes
     if len(data) > limit:
         raise _too_large(limit)
-    return await _insert(conn, tenant_id, hashlib.sha256(data).hexdigest(), data, mime_type)
+    return await _insert(conn, tenant_id, hashlib.sha256(data).hexdigest(), data, mime_type, by)
 
 
 async def put_stream(
-    catalog: Catalog, tenant_id: int, chunks: AsyncIterable[bytes], mime_type: str | None
+    catalog: Catalog,
+    tenant_id: int,
+    chunks: AsyncIterable[bytes],
+    mime_type: str | None,
+    *,
+    by: Principal,
 ) -> tuple[StoredBlob, bool]:
     """Store an uploaded body; returns the blob and whether it was new. Nothing is stored on error."""
     limit = catalog.settings.max_blob_bytes
@@ -82,7 +117,7 @@ async def put_stream(
             if existing is not None:
                 return existing, False
             spool.seek(0)
-            stored = await _insert(conn, tenant_id, sha, spool.read(), mime_type)
+            stored = await _insert(conn, tenant_id, sha, spool.read(), mime_type, by)
     return stored, True
 
 

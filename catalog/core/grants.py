@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import Row, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from catalog.core.audit import AuditEntry, record_audit
+from catalog.core.audit import AuditEntry, digest, record_audit
 from catalog.core.errors import Conflict, NotFound
 from catalog.core.principal import Principal
 from catalog.core.schemas import GrantCreated, GrantIn, GrantOut
@@ -19,6 +19,11 @@ from catalog.db.models import grants
 
 def grant_out(row: Row[Any]) -> GrantOut:
     return GrantOut.model_validate(row, from_attributes=True)
+
+
+def _digest(row: Row[Any]) -> str | None:
+    """The audit digest of a grant: its scope and selector."""
+    return digest({"scope": row.scope, "uri": row.uri, "uriPrefix": row.uri_prefix, "tag": row.tag})
 
 
 def _selector(row: Row[Any] | GrantIn) -> str:
@@ -51,6 +56,7 @@ async def create_grant(catalog: Catalog, principal: Principal, tenant: Tenant, b
                     target_kind="grant",
                     target_id=row.id,
                     uri=_selector(row),
+                    after=_digest(row),
                     detail={"scope": row.scope},
                 ),
             )
@@ -89,6 +95,7 @@ async def delete_grant(catalog: Catalog, principal: Principal, tenant: Tenant, g
                 target_kind="grant",
                 target_id=row.id,
                 uri=_selector(row),
+                before=_digest(row),
                 detail={"scope": row.scope},
             ),
         )

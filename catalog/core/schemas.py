@@ -406,6 +406,13 @@ class AuditEntryOut(Model):
     detail: dict[str, Any] | None = None
 
 
+class PlatformAuditEntryOut(AuditEntryOut):
+    """An entry of the platform log: tenant creations and deletions, and deleted tenants' trails."""
+
+    tenant_id: int = Field(description="the tenant the entry is about (it may no longer exist)")
+    tenant_slug: str = Field(description="the tenant's slug when the entry was made (slugs can be reused)")
+
+
 class ChangeOut(Model):
     seq: int = Field(description="this tenant's own change number (one sequence per tenant)")
     kind: Literal["resource", "template", "grant"]

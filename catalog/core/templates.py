@@ -10,7 +10,7 @@ from sqlalchemy import Row, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from catalog.core.audit import AuditEntry, record_audit
+from catalog.core.audit import AuditEntry, digest, record_audit
 from catalog.core.cursors import decode_cursor, encode_cursor
 from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound
 from catalog.core.principal import Principal
@@ -61,6 +61,13 @@ class TemplateRecord:
 
     def to_out(self) -> TemplateOut:
         return TemplateOut.model_validate(self, from_attributes=True)
+
+    def digest(self) -> str | None:
+        """The audit digest: every field a curator sets (not id, version or times)."""
+        return digest(self.to_out().model_dump(mode="json", by_alias=True, exclude=_NOT_CURATED))
+
+
+_NOT_CURATED = {"id", "version", "created_at", "updated_at"}
 
 
 def template_from_row(row: Row[Any]) -> TemplateRecord:
@@ -118,6 +125,7 @@ async def create_template(
                     target_kind="template",
                     target_id=record.id,
                     uri=record.uri_template,
+                    after=record.digest(),
                 ),
             )
     except IntegrityError:
@@ -157,6 +165,8 @@ async def patch_template(
                     target_kind="template",
                     target_id=record.id,
                     uri=record.uri_template,
+                    before=current.digest(),
+                    after=record.digest(),
                 ),
             )
     except IntegrityError:
@@ -196,6 +206,7 @@ async def delete_template(catalog: Catalog, principal: Principal, tenant: Tenant
                 target_kind="template",
                 target_id=current.id,
                 uri=current.uri_template,
+                before=current.digest(),
             ),
         )
 

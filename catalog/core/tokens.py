@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import asyncpg
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from catalog.core.audit import AuditEntry, record_audit
+from catalog.core.audit import AuditEntry, digest, record_audit
 from catalog.core.errors import FieldError, InvalidInput, NotFound
 from catalog.core.principal import Principal
 from catalog.core.schemas import TokenCreated, TokenIn, TokenOut
@@ -130,6 +130,11 @@ def token_out(record: TokenRecord) -> TokenOut:
     return TokenOut.model_validate(record, from_attributes=True)
 
 
+def _digest(record: TokenRecord) -> str | None:
+    """The audit digest of a token's standing (never of its secret or its hash)."""
+    return digest(token_out(record).model_dump(mode="json", by_alias=True, exclude={"id", "created_at"}))
+
+
 async def create_token(catalog: Catalog, principal: Principal, tenant: Tenant, body: TokenIn) -> TokenCreated:
     """Mint a token for ``tenant``; the returned ``token`` is the only time it is ever shown."""
     if body.expires_at is not None and body.expires_at <= datetime.now(UTC):
@@ -153,6 +158,7 @@ async def create_token(catalog: Catalog, principal: Principal, tenant: Tenant, b
                 action="token.create",
                 target_kind="token",
                 target_id=record.id,
+                after=_digest(record),
                 detail={"scopes": list(record.scopes), "admin": record.is_admin},
             ),
         )
@@ -170,9 +176,16 @@ async def delete_token(catalog: Catalog, principal: Principal, tenant: Tenant, t
         record = await revoke_token(conn, tenant.id, token_id)
         if record is None:
             raise NotFound(f"no live token {token_id}")
+        before = replace(record, revoked_at=None)  # the only column a revocation changes
         await record_audit(
             conn,
             tenant.id,
             principal,
-            AuditEntry(action="token.revoke", target_kind="token", target_id=record.id),
+            AuditEntry(
+                action="token.revoke",
+                target_kind="token",
+                target_id=record.id,
+                before=_digest(before),
+                after=_digest(record),
+            ),
         )
