@@ -58,7 +58,6 @@ NO_CONTENT = _Content(None, None, None)
 async def _resolve_content(
     catalog: Catalog,
     conn: AsyncConnection,
-    principal: Principal,
     tenant_id: int,
     body: ResourceIn | ResourcePatch,
     current: ResourceRecord | None = None,
@@ -78,7 +77,7 @@ async def _resolve_content(
         data = base64.b64decode(body.blob, validate=True)
         if current is not None and current.blob_sha256 == hashlib.sha256(data).hexdigest():
             return _Content(text=None, blob_sha256=current.blob_sha256, size=len(data))  # stored already
-        stored = await blob_store.put_bytes(catalog, conn, tenant_id, data, body.mime_type, by=principal)
+        stored = await blob_store.put_bytes(catalog, conn, tenant_id, data, body.mime_type)
         return _Content(text=None, blob_sha256=stored.sha256, size=stored.size)
     if body.blob_sha256 is not None:
         stored = await blob_store.find_blob(conn, tenant_id, body.blob_sha256)
@@ -126,9 +125,9 @@ def _same(old: Any, new: Any) -> bool:
 
 
 async def _insert_values(
-    catalog: Catalog, conn: AsyncConnection, principal: Principal, tenant: Tenant, body: ResourceIn
+    catalog: Catalog, conn: AsyncConnection, tenant: Tenant, body: ResourceIn
 ) -> dict[str, Any]:
-    content = await _resolve_content(catalog, conn, principal, tenant.id, body) or NO_CONTENT
+    content = await _resolve_content(catalog, conn, tenant.id, body) or NO_CONTENT
     return {
         "tenant_id": tenant.id,
         **column_values(body, METADATA_FIELDS),
@@ -161,7 +160,7 @@ async def _created(
 async def _insert(
     catalog: Catalog, conn: AsyncConnection, principal: Principal, tenant: Tenant, body: ResourceIn
 ) -> ResourceRecord:
-    record = await rows.insert_one(conn, await _insert_values(catalog, conn, principal, tenant, body))
+    record = await rows.insert_one(conn, await _insert_values(catalog, conn, tenant, body))
     if record is None:
         raise _conflict(body.uri)
     await _created(conn, principal, tenant, [record])
@@ -180,7 +179,7 @@ async def _update(
     replace_content: bool,
 ) -> ResourceRecord:
     values = column_values(body, fields)
-    content = await _resolve_content(catalog, conn, principal, tenant.id, body, current)
+    content = await _resolve_content(catalog, conn, tenant.id, body, current)
     if content is None and replace_content:
         content = NO_CONTENT
     content_changed = content is not None and (content.text, content.blob_sha256) != (
@@ -273,7 +272,7 @@ async def upsert_many(
         pending = list(fresh.values())
         inserted: list[ResourceRecord] = []
         if pending:
-            values = [await _insert_values(catalog, conn, principal, tenant, body) for body in pending]
+            values = [await _insert_values(catalog, conn, tenant, body) for body in pending]
             inserted = await rows.insert_many(conn, values)
         await _created(conn, principal, tenant, inserted)
         created += len(inserted)
