@@ -138,8 +138,11 @@ class Watch:
                 continue
             subscribed = uri in self.uris
             under_directory = any(is_descendant(d, uri) for d in self.directories)
-            if not (subscribed or under_directory or self.list_changed):
-                continue
+            if not (subscribed or under_directory):
+                if not self.list_changed:
+                    continue
+                if event.op == "updated" and event.tags_before == event.tags_after:
+                    continue  # same URI, same tags: the visible set cannot have changed (the cheap case)
             before, after = await self._resource_visibility(event)
             if subscribed:
                 await self._refresh_directory(uri, visible=after, seq=event.seq)
