@@ -311,6 +311,18 @@ async def test_payloads_and_feed_carry_the_tags_before_and_after(
     ]
 
 
+async def test_the_four_argument_emit_still_works_for_changes_without_tags(
+    conn: asyncpg.Connection, notifications: Notifications
+) -> None:
+    """Any other trigger (a later migration's) may call catalog_emit_change as 0001 defined it."""
+    tenant = await make_tenant(conn, "acme")
+    async with conn.transaction():
+        await conn.execute("SELECT set_config('catalog.all_tenants', 'on', true)")
+        await conn.execute("SELECT catalog_emit_change($1, 'grant', 'test://x', 'created')", tenant)
+    payload = await notifications.next()
+    assert (payload["u"], payload["s"], payload["b"], payload["a"]) == ("test://x", 1, None, None)
+
+
 async def test_a_payload_with_too_many_tags_leaves_them_to_the_feed(
     conn: asyncpg.Connection, notifications: Notifications
 ) -> None:

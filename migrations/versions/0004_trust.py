@@ -87,7 +87,6 @@ SEQUENCES_SQL = (
 )
 
 EMIT_SQL = (
-    "DROP FUNCTION catalog_emit_change(bigint, text, text, text)",
     """
     CREATE FUNCTION catalog_emit_change(
         p_tenant bigint, p_kind text, p_uri text, p_op text, p_before text[], p_after text[]
@@ -110,6 +109,13 @@ EMIT_SQL = (
         END IF;
         PERFORM pg_notify('catalog_changes', v_payload);
     END
+    $$
+    """,
+    # The four-argument form stays, for changes that have no tags (any other trigger calling it).
+    """
+    CREATE OR REPLACE FUNCTION catalog_emit_change(p_tenant bigint, p_kind text, p_uri text, p_op text)
+    RETURNS void LANGUAGE sql AS $$
+        SELECT catalog_emit_change(p_tenant, p_kind, p_uri, p_op, NULL::text[], NULL::text[])
     $$
     """,
     """
@@ -200,7 +206,7 @@ ARCHIVE_SQL = (
 # -- downgrade: the 0001 functions as they were -------------------------------------------------------
 
 OLD_EMIT_SQL = """
-    CREATE FUNCTION catalog_emit_change(p_tenant bigint, p_kind text, p_uri text, p_op text)
+    CREATE OR REPLACE FUNCTION catalog_emit_change(p_tenant bigint, p_kind text, p_uri text, p_op text)
     RETURNS void LANGUAGE plpgsql AS $$
     DECLARE
         v_seq bigint;
@@ -329,9 +335,9 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute(ALL_TENANTS)
-    op.execute("DROP FUNCTION catalog_emit_change(bigint, text, text, text, text[], text[])")
     op.execute(OLD_EMIT_SQL)
     op.execute(OLD_RECORD_SQL)
+    op.execute("DROP FUNCTION catalog_emit_change(bigint, text, text, text, text[], text[])")
     op.execute("DROP TRIGGER IF EXISTS tenants_change_seq ON tenants")
     op.execute("DROP FUNCTION IF EXISTS catalog_tenant_sequence()")
     op.execute("DROP FUNCTION IF EXISTS catalog_next_change_seq(bigint)")
