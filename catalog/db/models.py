@@ -257,7 +257,7 @@ platform_audit_log = Table(
     Column("after_digest", Text, nullable=True),
     Column("detail", JSONB, nullable=True),
     PrimaryKeyConstraint("tenant_id", "id"),
-    Index("ix_platform_audit_log_id", "id", unique=True),
+    Index("ix_platform_audit_log_id", "id"),  # the platform-wide order; not unique: no key without tenant_id
 )
 
 TENANT_TABLES = (

@@ -322,7 +322,7 @@ def upgrade() -> None:
         sa.Column("detail", postgresql.JSONB(astext_type=sa.Text()), nullable=True),
         sa.PrimaryKeyConstraint("tenant_id", "id", name=op.f("pk_platform_audit_log")),
     )
-    op.create_index("ix_platform_audit_log_id", "platform_audit_log", ["id"], unique=True)
+    op.create_index("ix_platform_audit_log_id", "platform_audit_log", ["id"], unique=False)
     for statement in ARCHIVE_SQL:
         op.execute(statement)
 
