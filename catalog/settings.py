@@ -64,6 +64,8 @@ class Settings(BaseSettings):
     oauth_jwks: str | None = Field(default=None, description="JWKS file path or https URL")
     oauth_tenant_claim: str = "tenant"
     oauth_admin_scope: str = "catalog:admin"
+    # Scopes an agent should ask the authorization server for (advertised for /mcp; comma-separated).
+    oauth_scopes: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # Clock skew allowed on a JWT's exp/nbf; a stream opened with a JWT ends at exp plus this.
     oauth_leeway_seconds: int = Field(default=30, ge=0, le=600)
 
@@ -71,7 +73,7 @@ class Settings(BaseSettings):
     def oauth_enabled(self) -> bool:
         return bool(self.oauth_issuer and self.oauth_audience and self.oauth_jwks)
 
-    @field_validator("allowed_hosts", "allowed_origins", mode="before")
+    @field_validator("allowed_hosts", "allowed_origins", "oauth_scopes", mode="before")
     @classmethod
     def _lists(cls, value: object) -> object:
         return _split_list(value)

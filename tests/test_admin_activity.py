@@ -93,3 +93,108 @@ async def test_change_feed_is_per_tenant(client: httpx.AsyncClient, tenant: str)
     await create_resource(client, tenant, uri="test://ours")
     items = (await client.get(f"{API}/tenants/{tenant}/changes")).json()["items"]
     assert [c["uri"] for c in items] == ["test://ours"]
+
+
+async def test_a_tenants_change_feed_numbers_only_its_own_changes(
+    client: httpx.AsyncClient, tenant: str
+) -> None:
+    """Issue 12 item 15: another tenant's writes leave no gap in this tenant's seq, and ?after=
+    works as before."""
+    await client.post(f"{API}/tenants", json={"slug": "busy"})
+    for n in range(3):
+        await create_resource(client, tenant, uri=f"test://ours/{n}")
+        for m in range(5):
+            await create_resource(client, "busy", uri=f"test://theirs/{n}/{m}")
+    feed = f"{API}/tenants/{tenant}/changes"
+    items = (await client.get(feed)).json()["items"]
+    assert [c["seq"] for c in items] == [1, 2, 3]
+    assert [c["uri"] for c in (await client.get(feed, params={"after": 1})).json()["items"]] == [
+        "test://ours/1",
+        "test://ours/2",
+    ]
+    assert [
+        c["seq"]
+        for c in (await client.get(f"{API}/tenants/busy/changes", params={"limit": 1000})).json()["items"]
+    ] == list(range(1, 16))
+
+
+# -- a complete audit log (issue 12 item 14) ----------------------------------------------------------
+
+
+async def test_every_write_is_audited_with_digests_before_and_after(
+    client: httpx.AsyncClient, tenant: str
+) -> None:
+    base = f"{API}/tenants/{tenant}"
+    uploaded = (
+        await client.post(f"{base}/blobs", content=b"bytes", headers={"Content-Type": "image/png"})
+    ).json()
+    again = await client.post(f"{base}/blobs", content=b"bytes")  # deduplicated: nothing written
+    assert again.status_code == 200
+    template = (
+        await client.post(f"{base}/templates", json={"uriTemplate": "test://t/{id}", "name": "t"})
+    ).json()
+    await client.patch(f"{base}/templates/{template['id']}", json={"title": "T"})
+    await client.delete(f"{base}/templates/{template['id']}")
+    grant = (await client.post(f"{base}/grants", json={"scope": "s", "tag": "x"})).json()
+    await client.delete(f"{base}/grants/{grant['id']}")
+    token = await mint_token(client, tenant, scopes=["s"])
+    await client.delete(f"{base}/tokens/{token['id']}")
+    inline = await create_resource(client, tenant, uri="test://inline", blob="aW5saW5l")  # b"inline"
+
+    items = list(reversed((await client.get(f"{base}/audit")).json()["items"]))
+    assert [i["action"] for i in items] == [
+        "blob.create",
+        "template.create",
+        "template.update",
+        "template.delete",
+        "grant.create",
+        "grant.delete",
+        "token.create",
+        "token.revoke",
+        "resource.create",  # its inline blob is part of it: one write, one row (the digest covers it)
+    ]
+    blob, t_create, t_update, t_delete, g_create, g_delete, k_create, k_revoke, resource = items
+    assert blob["afterDigest"] == uploaded["sha256"] and "beforeDigest" not in blob
+    assert blob["detail"] == {"sha256": uploaded["sha256"], "size": 5, "mimeType": "image/png"}
+    assert resource["targetId"] == inline.json()["id"] and resource["afterDigest"]
+    # Each change starts from the state the previous one left, and ends in a different one.
+    assert "beforeDigest" not in t_create and t_update["beforeDigest"] == t_create["afterDigest"]
+    assert t_update["afterDigest"] != t_update["beforeDigest"] == t_create["afterDigest"]
+    assert t_delete["beforeDigest"] == t_update["afterDigest"] and "afterDigest" not in t_delete
+    assert g_delete["beforeDigest"] == g_create["afterDigest"] and "afterDigest" not in g_delete
+    assert "beforeDigest" not in k_create and k_revoke["beforeDigest"] == k_create["afterDigest"]
+    assert k_revoke["afterDigest"] not in (None, k_create["afterDigest"])
+
+
+async def test_tenant_creation_and_deletion_are_in_the_platform_log_with_the_deleted_trail(
+    client: httpx.AsyncClient, anon: httpx.AsyncClient, tenant: str
+) -> None:
+    tenant_id = (await client.get(f"{API}/audit")).json()["items"][0]["tenantId"]
+    await create_resource(client, tenant, uri="test://a", text="1")
+    admin = await mint_token(client, tenant, admin=True)
+    # Only the platform admin reads the platform log.
+    assert_problem(await anon.get(f"{API}/audit", headers=bearer(admin["token"])), 403)
+    assert_problem(await anon.get(f"{API}/audit"), 401)
+    trail = (await client.get(f"{API}/tenants/{tenant}/audit")).json()["items"]
+
+    assert (await client.delete(f"{API}/tenants/{tenant}")).status_code == 204
+    kept = (await client.get(f"{API}/audit", params={"tenantId": tenant_id})).json()["items"]
+    assert [(i["action"], i["principal"]) for i in kept] == [
+        ("tenant.delete", "platform-admin"),
+        ("token.create", "platform-admin"),
+        ("resource.create", "platform-admin"),
+        ("tenant.create", "platform-admin"),
+    ]
+    assert {i["tenantSlug"] for i in kept} == {tenant} and {i["tenantId"] for i in kept} == {tenant_id}
+    archived = kept[1:3]
+    for field in ("action", "at", "uri", "targetId", "afterDigest", "detail"):
+        assert [i.get(field) for i in archived] == [i.get(field) for i in trail], field
+    assert kept[0]["beforeDigest"] == kept[-1]["afterDigest"]
+
+    # The slug is free again; the new tenant's log starts empty, the old trail stays the platform's.
+    await client.post(f"{API}/tenants", json={"slug": tenant})
+    assert (await client.get(f"{API}/tenants/{tenant}/audit")).json()["items"] == []
+    everything = (await client.get(f"{API}/audit", params={"limit": 2})).json()
+    assert [i["action"] for i in everything["items"]] == ["tenant.create", "tenant.delete"]
+    rest = (await client.get(f"{API}/audit", params={"cursor": everything["nextCursor"]})).json()["items"]
+    assert [i["action"] for i in rest] == ["token.create", "resource.create", "tenant.create"]

@@ -131,3 +131,79 @@ async def test_base64_blob_over_the_limit_in_a_resource_is_413_and_writes_nothin
     assert_problem(response, 413)
     for table in ("blobs", "resources", "resource_versions", "audit_log", "change_feed"):
         assert await db.fetchval(f"SELECT count(*) FROM {table}") == 0, table
+
+
+# -- safe downloads and one content limit (issue 12 item 16) -----------------------------------------
+
+ACTIVE_TYPES = [
+    "text/html",
+    "text/html; charset=utf-8",
+    "image/svg+xml",
+    "application/javascript",
+    "text/javascript",
+    "application/xhtml+xml",
+    "text/xml",
+    "application/pdf",
+    "application/x-shockwave-flash",
+    "TEXT/HTML",
+]
+PASSIVE_TYPES = ["image/png", "image/jpeg", "text/plain", "application/json", "application/octet-stream"]
+
+
+async def _download(client: httpx.AsyncClient, tenant: str, mime_type: str, data: bytes) -> httpx.Response:
+    uploaded = await client.post(blobs(tenant), content=data, headers={"Content-Type": mime_type})
+    assert uploaded.status_code == 201, uploaded.text
+    return await client.get(blobs(tenant, f"/{uploaded.json()['sha256']}"))
+
+
+@pytest.mark.parametrize("mime_type", ACTIVE_TYPES)
+async def test_active_content_downloads_as_an_attachment_that_cannot_run(
+    client: httpx.AsyncClient, tenant: str, mime_type: str
+) -> None:
+    data = f"<script>alert(1)</script><!-- {mime_type} -->".encode()
+    response = await _download(client, tenant, mime_type, data)
+    assert response.content == data
+    sha = hashlib.sha256(data).hexdigest()
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.headers["content-disposition"] == f'attachment; filename="{sha}"'
+    assert response.headers["content-security-policy"] == "default-src 'none'; sandbox"
+
+
+@pytest.mark.parametrize("mime_type", PASSIVE_TYPES)
+async def test_passive_content_downloads_inline_but_never_sniffed_or_scripted(
+    client: httpx.AsyncClient, tenant: str, mime_type: str
+) -> None:
+    data = f"bytes of {mime_type}".encode()
+    response = await _download(client, tenant, mime_type, data)
+    assert response.headers["content-type"] == mime_type  # as uploaded
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.headers["content-disposition"].startswith("inline")
+    assert response.headers["content-security-policy"] == "default-src 'none'; sandbox"
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH"])
+async def test_text_over_the_blob_limit_is_413_like_a_blob_and_writes_nothing(
+    client: httpx.AsyncClient, tenant: str, db, method: str
+) -> None:
+    url = f"{API}/tenants/{tenant}/resources"
+    if method == "PATCH":
+        created = await client.post(url, json={"uri": "test://t", "name": "t", "text": "small"})
+        url = f"{url}/{created.json()['id']}"
+    elif method == "PUT":
+        url += "?uri=test://t"
+    before = {
+        t: await db.fetchval(f"SELECT count(*) FROM {t}") for t in ("resources", "audit_log", "change_feed")
+    }
+    over = "é" * (LIMIT // 2) + "x"  # LIMIT + 1 bytes of UTF-8, fewer characters
+    response = await client.request(method, url, json={"uri": "test://t", "name": "t", "text": over})
+    problem = assert_problem(response, 413, "/text")
+    assert str(LIMIT) in problem["detail"]
+    after = {
+        t: await db.fetchval(f"SELECT count(*) FROM {t}") for t in ("resources", "audit_log", "change_feed")
+    }
+    assert after == before
+    at_limit = await client.request(
+        method, url, json={"uri": "test://t", "name": "t", "text": "é" * (LIMIT // 2)}
+    )
+    assert at_limit.status_code in (200, 201), at_limit.text
+    assert at_limit.json()["size"] == LIMIT

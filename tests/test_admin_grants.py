@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 
+from .mcp_helpers import envelope, modern_headers
 from .test_admin_support import (  # noqa: F401  (fixtures)
     API,
     app,
@@ -66,3 +67,42 @@ async def test_delete_grant_then_404(client: httpx.AsyncClient, tenant: str, db)
     assert_problem(await client.delete(grants(tenant, "/abc")), 422, "#/path/id")
     ops = [r["op"] for r in await db.fetch("SELECT op FROM change_feed WHERE kind = 'grant' ORDER BY seq")]
     assert ops == ["created", "deleted"]
+
+
+# -- what a uriPrefix is (issue 12 item 17) ------------------------------------------------------------
+
+
+async def test_a_prefix_that_does_not_end_at_a_boundary_is_granted_with_a_warning(
+    client: httpx.AsyncClient, tenant: str
+) -> None:
+    response = await client.post(grants(tenant), json={"scope": "s", "uriPrefix": "file:///a"})
+    assert response.status_code == 201
+    [warning] = response.json()["warnings"]
+    assert "plain string prefix" in warning and "file:///a" in warning and "'/'" in warning
+    # The grant itself is stored and listed as given; listings carry no warnings.
+    listed = (await client.get(grants(tenant))).json()["items"]
+    assert [g["uriPrefix"] for g in listed] == ["file:///a"] and "warnings" not in listed[0]
+
+
+async def test_a_prefix_ending_at_a_boundary_has_no_warning(client: httpx.AsyncClient, tenant: str) -> None:
+    for prefix in ("file:///a/", "test://x?", "test://x#", "urn:isbn:", "test://q?a=", "test://q?a=1&"):
+        response = await client.post(grants(tenant), json={"scope": "s", "uriPrefix": prefix})
+        assert response.status_code == 201, response.text
+        assert "warnings" not in response.json(), prefix
+
+
+async def test_a_prefix_is_a_plain_string_prefix_exactly_as_documented(
+    client: httpx.AsyncClient, tenant: str
+) -> None:
+    """``file:///a`` covers ``file:///ab`` too: what the README and the API docs now say."""
+    for uri in ("file:///a/x", "file:///ab", "file:///b"):
+        await client.post(f"{API}/tenants/{tenant}/resources", json={"uri": uri, "name": "x"})
+    await client.post(grants(tenant), json={"scope": "s", "uriPrefix": "file:///a"})
+    token = (await client.post(f"{API}/tenants/{tenant}/tokens", json={"scopes": ["s"]})).json()["token"]
+    body = {"jsonrpc": "2.0", "id": 1, "method": "resources/list", "params": {"_meta": envelope()}}
+    headers = {**modern_headers("resources/list"), "Authorization": f"Bearer {token}"}
+    listed = (await client.post("/mcp", json=body, headers=headers)).json()["result"]["resources"]
+    assert [r["uri"] for r in listed] == ["file:///a/x", "file:///ab"]
+    schema = (await client.get("/openapi.json")).json()["components"]["schemas"]["GrantIn"]
+    description = schema["properties"]["uriPrefix"]["description"]
+    assert "string prefix" in description and "file:///ab" in description

@@ -22,6 +22,7 @@ CONTRACT = {
     "/admin/v1/tenants/{slug}/tokens/{id}": {"delete"},
     "/admin/v1/tenants/{slug}/audit": {"get"},
     "/admin/v1/tenants/{slug}/changes": {"get"},
+    "/admin/v1/audit": {"get"},  # the platform audit log (issue 12 item 14)
 }
 
 

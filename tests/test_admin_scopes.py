@@ -24,9 +24,15 @@ from .test_admin_support import (  # noqa: F401  (fixtures)
 )
 from .test_oauth import AUDIENCE, ISSUER, Issuer
 
-PRM = "https://catalog.test/.well-known/oauth-protected-resource"  # the origin of AUDIENCE
-LOCAL_PRM = "http://127.0.0.1/.well-known/oauth-protected-resource"  # the request's own origin
-INSUFFICIENT = f'Bearer error="insufficient_scope", scope="catalog:admin", resource_metadata="{PRM}"'
+# The admin API's own metadata (RFC 9728, path-inserted), on the origin of AUDIENCE.
+PRM = "https://catalog.test/.well-known/oauth-protected-resource/admin/v1"
+INSUFFICIENT = (
+    f'Bearer realm="catalog", error="insufficient_scope", scope="catalog:admin", resource_metadata="{PRM}"'
+)
+
+
+def challenge(error: str) -> str:
+    return f'Bearer realm="catalog", error="{error}", scope="catalog:admin", resource_metadata="{PRM}"'
 
 
 @pytest.fixture
@@ -77,27 +83,42 @@ async def test_no_token_is_401_naming_the_metadata_without_an_error_code(
     for method, path, body in TENANT_ROUTES:
         response = await anon.request(method, API + path.format(slug=tenant), json=body)
         problem = assert_problem(response, 401)
-        assert response.headers["www-authenticate"] == f'Bearer resource_metadata="{PRM}"'
+        # No error code (nothing was wrong with a credential), the scope to ask for (AUTH-4).
+        assert response.headers["www-authenticate"] == (
+            f'Bearer realm="catalog", scope="catalog:admin", resource_metadata="{PRM}"'
+        )
         assert "bearer token" in problem["detail"]
 
 
-async def test_the_challenge_names_metadata_that_is_served(anon: httpx.AsyncClient) -> None:
-    metadata = await anon.get("/.well-known/oauth-protected-resource")
-    assert metadata.status_code == 200
-    assert metadata.json()["resource"] == AUDIENCE
-    assert metadata.json()["authorization_servers"] == [ISSUER]
+async def test_the_challenge_names_metadata_that_is_served_auth_2_auth_4(anon: httpx.AsyncClient) -> None:
+    for path in ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"):
+        metadata = await anon.get(path)
+        assert metadata.status_code == 200
+        assert metadata.json()["resource"] == AUDIENCE
+        assert metadata.json()["authorization_servers"] == [ISSUER]
+    admin = await anon.get(PRM.removeprefix("https://catalog.test"))
+    assert admin.json() == {
+        "resource": "https://catalog.test/admin/v1",
+        "authorization_servers": [ISSUER],
+        "bearer_methods_supported": ["header"],
+        "resource_name": "catalog admin API",
+        "scopes_supported": ["catalog:admin"],
+    }
 
 
 @pytest.mark.parametrize(
     "settings", [{"oauth_issuer": None, "oauth_audience": None, "oauth_jwks": None}], indirect=True
 )
-async def test_without_oauth_the_challenge_names_the_requests_own_origin(
+async def test_without_oauth_no_metadata_is_advertised_anywhere_auth_2(
     anon: httpx.AsyncClient, tenant: str
 ) -> None:
+    """Without an authorization server there is nowhere to send a client: the challenge names no
+    metadata and none is served (a client sent looking for one ends in a misleading error)."""
     response = await anon.get(f"{API}/tenants/{tenant}/resources")
     assert_problem(response, 401)
-    assert response.headers["www-authenticate"] == f'Bearer resource_metadata="{LOCAL_PRM}"'
-    assert (await anon.get(LOCAL_PRM)).status_code == 200
+    assert response.headers["www-authenticate"] == 'Bearer realm="catalog"'
+    for path in ("", "/mcp", "/admin/v1"):
+        assert (await anon.get(f"/.well-known/oauth-protected-resource{path}")).status_code == 404
 
 
 async def test_a_refused_token_is_401_invalid_token(
@@ -107,9 +128,7 @@ async def test_a_refused_token_is_401_invalid_token(
     for token in ("cat_not-a-token", foreign_audience, issuer.token(tenant="no-such-tenant")):
         response = await anon.get(f"{API}/tenants/{tenant}/resources", headers=bearer(token))
         assert_problem(response, 401)
-        assert (
-            response.headers["www-authenticate"] == f'Bearer error="invalid_token", resource_metadata="{PRM}"'
-        )
+        assert response.headers["www-authenticate"] == challenge("invalid_token")
 
 
 async def test_a_malformed_authorization_header_is_401_invalid_request(
@@ -118,9 +137,7 @@ async def test_a_malformed_authorization_header_is_401_invalid_request(
     for header in ("Basic dXNlcjpwYXNz", "Bearer a b"):
         response = await anon.get(f"{API}/tenants/{tenant}/resources", headers={"Authorization": header})
         assert_problem(response, 401)
-        assert response.headers["www-authenticate"] == (
-            f'Bearer error="invalid_request", resource_metadata="{PRM}"'
-        )
+        assert response.headers["www-authenticate"] == challenge("invalid_request")
 
 
 async def test_a_token_in_the_query_string_is_refused_even_with_a_valid_header(
@@ -131,9 +148,7 @@ async def test_a_token_in_the_query_string_is_refused_even_with_a_valid_header(
         response = await anon.get(path, params={"access_token": ADMIN_TOKEN}, headers=headers)
         problem = assert_problem(response, 401)
         assert "Authorization header" in problem["detail"]
-        assert response.headers["www-authenticate"] == (
-            f'Bearer error="invalid_request", resource_metadata="{PRM}"'
-        )
+        assert response.headers["www-authenticate"] == challenge("invalid_request")
 
 
 async def test_opaque_token_without_admin_flag_is_403_insufficient_scope_on_every_route(
@@ -199,7 +214,7 @@ async def test_the_challenge_names_the_configured_admin_scope(
         response = await anon.get(f"{API}/tenants/{tenant}/grants", headers=bearer(token))
         assert_problem(response, 403)
         assert response.headers["www-authenticate"] == (
-            f'Bearer error="insufficient_scope", scope="catalog:curate", resource_metadata="{PRM}"'
+            f'Bearer realm="catalog", error="insufficient_scope", scope="catalog:curate", resource_metadata="{PRM}"'
         )
     # ... and that scope, not the default one, is what makes a JWT an admin.
     assert (

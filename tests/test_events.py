@@ -473,3 +473,63 @@ async def test_close_all_ends_every_iteration_promptly(hub: EventHub) -> None:
 def test_dsn_conversion() -> None:
     url = make_url("postgresql+asyncpg://u:p%40ss@db:5433/catalog?ssl=require")
     assert listener_dsn(url) == "postgresql://u:p%40ss@db:5433/catalog?ssl=require"
+
+
+# -- tags before and after (issue 12 items 10, 11) ------------------------------------------------
+
+
+def test_parse_payload_reads_the_tags_before_and_after() -> None:
+    event = parse_payload(
+        '{"t": 3, "k": "resource", "u": "test://a", "o": "updated", "s": 9, "b": [], "a": ["x"]}'
+    )
+    assert (event.tags_before, event.tags_after) == ((), ("x",))
+    created = parse_payload(
+        '{"t": 3, "k": "resource", "u": "test://a", "o": "created", "s": 9, "b": null, "a": []}'
+    )
+    assert (created.tags_before, created.tags_after) == (None, ())
+    with pytest.raises(ValueError):
+        parse_payload('{"t": 3, "k": "resource", "u": "test://a", "o": "created", "s": 9, "a": [1]}')
+
+
+async def test_coalesced_events_keep_the_state_from_before_the_first(hub: EventHub) -> None:
+    """A tag added, then the content changed, in one batch: the batch's one event still says the
+    tag was not there before (a watcher with the tag grant must hear that the resource appeared)."""
+    sub = hub.subscribe(1)
+    hub.publish(ChangeEvent(1, "resource", "test://a", "updated", 1, (), ("x",)))
+    hub.publish(ChangeEvent(1, "resource", "test://a", "updated", 2, ("x",), ("x",)))
+    [event] = await next_batch(sub)
+    assert (event.seq, event.tags_before, event.tags_after) == (2, (), ("x",))
+    # Deleted (tagged) and created again (untagged) in one batch: visible before, hidden after.
+    hub.publish(ChangeEvent(1, "resource", "test://b", "created", 3, None, ("x",)))
+    hub.publish(ChangeEvent(1, "resource", "test://a", "deleted", 4, ("x",), None))
+    hub.publish(ChangeEvent(1, "resource", "test://a", "created", 5, None, ()))
+    batch = await next_batch(sub)
+    assert [(e.uri, e.op, e.tags_before, e.tags_after) for e in batch] == [
+        ("test://b", "created", None, ("x",)),
+        ("test://a", "created", ("x",), ()),
+    ]
+    # An event whose tags are not known makes the merged one not known either.
+    hub.publish(ChangeEvent(1, "resource", "test://c", "updated", 6))
+    hub.publish(ChangeEvent(1, "resource", "test://c", "updated", 7, ("x",), ()))
+    [event] = await next_batch(sub)
+    assert (event.tags_before, event.tags_after) == (None, None)
+
+
+async def test_tags_too_long_for_the_payload_are_read_from_the_feed(
+    listener: ChangeListener, hub: EventHub, conn: asyncpg.Connection
+) -> None:
+    tenant = await make_tenant(conn, "acme")
+    tags = [f"{n:03d}" + "t" * 120 for n in range(64)]
+    async with hub.subscribe(tenant) as sub:
+        await conn.execute(
+            "INSERT INTO resources (tenant_id, uri, name, tags) VALUES ($1, 'test://a', 'a', $2)",
+            tenant,
+            tags,
+        )
+        [event] = await next_batch(sub)
+    assert (event.uri, event.op, event.tags_before, event.tags_after) == (
+        "test://a",
+        "created",
+        None,
+        tuple(tags),
+    )

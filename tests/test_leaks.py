@@ -22,6 +22,14 @@ template bodies, ``resources/templates/list``, completion values of every templa
 the admin listings of admin credentials (own tenant only; 403 elsewhere), 403 ``insufficient_scope``
 for the others, 401 for a revoked and an expired token, and the same list and reads in a 2025-11-25
 session. Fewer examples: ``CATALOG_LEAK_EXAMPLES=5``.
+
+Then (issue 12 items 10, 11) a marker resource is added to every tenant and two more rounds of
+streams run, each waiting on the marker's ``updated`` (never on time): **directories** (streams
+subscribed only to directory URIs: a descendant fires exactly when it and a subscribed directory
+are visible, so a hidden directory never fires, however it is touched) and **tags** (every resource
+re-tagged, a tag added or removed, or deleted: a stream hears ``updated`` exactly for the URIs
+visible before or after, and ``list_changed`` exactly when its visible set changed), followed by the
+listings and reads of every principal against the re-tagged world.
 """
 
 from __future__ import annotations
@@ -268,6 +276,11 @@ class Oracle:
             if g.kind == "tag" and g.value in tpl.tags:
                 return True
         return False
+
+    def sees_uri(self, who: Who, uri: str) -> bool:
+        """Whether ``who`` sees the stored resource at ``uri`` of its own tenant."""
+        res = next((r for r in self.world.tenants[who.tenant].resources if r.uri == uri), None)
+        return res is not None and self.sees(who, who.tenant, res)
 
     def visible(self, who: Who) -> list[Res]:
         spec = self.world.tenants[who.tenant]
@@ -723,17 +736,9 @@ async def listen(live: Live, stream: Stream, everything: list[str]) -> None:
 
 async def check_listen(live: Live, oracle: Oracle, built: Built, everything: list[str]) -> None:
     """Every principal listens to every URI; every resource of every tenant changes. Each stream must
-    get ``updated`` for exactly its visible resources. Waiting is on events, never on time: after
-    the changes a grant (of a scope nobody holds) is created in every tenant, which every stream
-    sees as ``list_changed``; once all have seen it, a second such grant. The second ``list_changed``
-    follows every event committed before the first grant (one stream's notifications go out in
-    commit order; a batch's ``list_changed`` is sent before its ``updated``, hence two rounds)."""
-    streams = [Stream(who) for who in built.principals]
-    tasks = [asyncio.create_task(listen(live, s, everything)) for s in streams]
-    try:
-        await _all_set([s.acked for s in streams], tasks)
-        for s in streams:
-            assert s.honoured.resource_subscriptions == everything and s.honoured.resources_list_changed
+    get ``updated`` for exactly its visible resources."""
+
+    async def writes() -> None:
         async with admin_http(live) as http:
             for (tenant, uri), rid in built.resource_ids.items():
                 changed = await http.patch(
@@ -741,9 +746,29 @@ async def check_listen(live: Live, oracle: Oracle, built: Built, everything: lis
                     json={"description": f"changed {uri}"},
                 )
                 assert changed.status_code == 200, changed.text
+
+    for s in await listen_round(live, built, everything, writes, "all"):
+        assert s.updated == {r.uri for r in oracle.visible(s.who)}, s.who.label
+
+
+async def listen_round(live: Live, built: Built, uris: list[str], writes: Any, phase: str) -> list[Stream]:
+    """Every principal listens to ``uris`` (and list changes) while ``writes()`` runs. Waiting is on
+    events, never on time: after the writes a grant (of a scope nobody holds) is created in every
+    tenant, which every stream sees as ``list_changed``; once all have seen it, a second such grant.
+    The second ``list_changed`` follows every event committed before the first grant (one stream's
+    notifications go out in commit order; a batch's ``list_changed`` is sent before its
+    ``updated``, hence two rounds). For writes that change no one's visible set."""
+    streams = [Stream(who) for who in built.principals]
+    tasks = [asyncio.create_task(listen(live, s, uris)) for s in streams]
+    try:
+        await _all_set([s.acked for s in streams], tasks)
+        for s in streams:
+            assert s.honoured.resource_subscriptions == uris and s.honoured.resources_list_changed
+        await writes()
+        async with admin_http(live) as http:
             for round_ in ("first", "second"):
                 for slug in built.slugs:
-                    sentinel = {"scope": f"nobody-{round_}", "tag": f"sentinel-{round_}"}
+                    sentinel = {"scope": f"nobody-{phase}-{round_}", "tag": f"sentinel-{round_}"}
                     assert (await http.post(f"{API}/tenants/{slug}/grants", json=sentinel)).status_code == 201
                 await _all_set([getattr(s, round_) for s in streams], tasks)
         await asyncio.wait_for(asyncio.gather(*tasks), WAIT)
@@ -753,7 +778,7 @@ async def check_listen(live: Live, oracle: Oracle, built: Built, everything: lis
         await asyncio.gather(*tasks, return_exceptions=True)
     for s in streams:
         assert s.others == [], s.who.label
-        assert s.updated == {r.uri for r in oracle.visible(s.who)}, s.who.label
+    return streams
 
 
 async def _all_set(events: list[asyncio.Event], tasks: list[asyncio.Task[None]]) -> None:
@@ -779,6 +804,201 @@ async def _all_set(events: list[asyncio.Event], tasks: list[asyncio.Task[None]])
             await asyncio.gather(waiting, return_exceptions=True)
 
 
+# -- directories and tags (issue 12 items 10, 11) ----------------------------------------------------
+
+MARKER = "file:///zz"  # stored only in these phases; both tags, so every tag grant sees it
+
+
+def with_marker(world: World) -> World:
+    marker = Res(MARKER, "text", frozenset(TAGS))
+    return World(
+        tuple(
+            TenantSpec((*spec.resources, marker), spec.templates, spec.grants, spec.tokens)
+            for spec in world.tenants
+        ),
+        world.jwt,
+        world.dead_tenant,
+    )
+
+
+def retag(res: Res, index: int) -> Res | None:
+    """The tag phase's change to the ``index``-th resource of a tenant: deleted (every third leaf), or
+    one tag added or removed (``red`` for even indexes, ``blue`` for odd ones)."""
+    if index % 3 == 2 and res.kind != "dir":
+        return None
+    return Res(res.uri, res.kind, res.tags ^ {TAGS[index % 2]})
+
+
+def retagged(world: World) -> World:
+    tenants = []
+    for spec in world.tenants:
+        changed = [
+            retag(res, index) if res.uri != MARKER else res for index, res in enumerate(spec.resources)
+        ]
+        tenants.append(
+            TenantSpec(tuple(r for r in changed if r is not None), spec.templates, spec.grants, spec.tokens)
+        )
+    return World(tuple(tenants), world.jwt, world.dead_tenant)
+
+
+@dataclass
+class Watcher:
+    who: Who
+    updated: set[str] = field(default_factory=set)
+    list_changed: int = 0
+    others: list[Any] = field(default_factory=list)
+    acked: asyncio.Event = field(default_factory=asyncio.Event)
+    marked: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+async def watch_until_marker(live: Live, watcher: Watcher, uris: list[str]) -> None:
+    async with (
+        mcp_client(live, watcher.who) as client,
+        client.listen(resources_list_changed=True, resource_subscriptions=uris) as sub,
+    ):
+        watcher.acked.set()
+        async for event in sub:
+            if event == ResourceUpdated(uri=MARKER):
+                watcher.marked.set()
+                return
+            if isinstance(event, ResourceUpdated):
+                watcher.updated.add(event.uri)
+            elif isinstance(event, ResourcesListChanged):
+                watcher.list_changed += 1
+            else:
+                watcher.others.append(event)
+
+
+async def run_watchers(
+    live: Live, built: Built, oracle: Oracle, uris: list[str], writes: Any
+) -> list[Watcher]:
+    """Streams for every principal that sees the marker (every tag grant does), subscribed to ``uris``
+    (and the marker);
+    ``writes()`` runs once all are acknowledged, then the marker changes in every tenant and each
+    stream is followed until its marker ``updated`` (everything committed before it has arrived)."""
+    watchers = [Watcher(who) for who in built.principals if oracle.sees_uri(who, MARKER)]
+    subscribed = [*uris, *([MARKER] if MARKER not in uris else [])]
+    tasks = [asyncio.create_task(watch_until_marker(live, w, subscribed)) for w in watchers]
+    try:
+        await _all_set([w.acked for w in watchers], tasks)
+        await writes()
+        async with admin_http(live) as http:
+            for tenant, slug in enumerate(built.slugs):
+                marker = built.resource_ids[(tenant, MARKER)]
+                touched = await http.patch(
+                    f"{API}/tenants/{slug}/resources/{marker}", json={"description": f"mark {uuid.uuid4()}"}
+                )
+                assert touched.status_code == 200, touched.text
+        await _all_set([w.marked for w in watchers], tasks)
+        await asyncio.wait_for(asyncio.gather(*tasks), WAIT)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for w in watchers:
+        assert w.others == [], w.who.label
+    return watchers
+
+
+async def add_marker(live: Live, built: Built) -> None:
+    async with admin_http(live) as http:
+        for tenant, slug in enumerate(built.slugs):
+            body = {
+                "uri": MARKER,
+                "name": "zz",
+                "mimeType": "text/plain",
+                "text": text_of(slug, MARKER),
+                "tags": TAGS,
+            }
+            created = await http.post(f"{API}/tenants/{slug}/resources", json=body)
+            assert created.status_code == 201, created.text
+            built.resource_ids[(tenant, MARKER)] = created.json()["id"]
+
+
+async def check_directory_events(live: Live, oracle: Oracle, built: Built) -> None:
+    """Every principal listens to the directories only; every directory is touched, then every
+    other resource changes. A descendant fires exactly when it is visible under a subscribed
+    directory that is visible: a hidden directory never fires, and never makes its visible
+    descendants fire (the token that sees ``file:///a/b`` but not ``file:///a``)."""
+    world = oracle.world
+    directories = sorted({r.uri for spec in world.tenants for r in spec.resources if r.kind == "dir"})
+    if not directories:
+        return
+
+    async def writes() -> None:
+        async with admin_http(live) as http:
+            for first in (True, False):  # the directories first, then everything else
+                for tenant, spec in enumerate(world.tenants):
+                    for res in spec.resources:
+                        if (res.kind == "dir") != first or res.uri == MARKER:
+                            continue
+                        rid = built.resource_ids[(tenant, res.uri)]
+                        changed = await http.patch(
+                            f"{API}/tenants/{built.slugs[tenant]}/resources/{rid}",
+                            json={"description": f"touched {uuid.uuid4()}"},
+                        )
+                        assert changed.status_code == 200, changed.text
+
+    for s in await listen_round(live, built, directories, writes, "dirs"):
+        # A subscribed URI fires when visible (another tenant's directory URI may be a plain resource
+        # here); a visible stored directory also for its visible descendants.
+        visible = {r.uri: r for r in oracle.visible(s.who)}
+        seen = [u for u in directories if u in visible]
+        seen_dirs = [u for u in seen if visible[u].kind == "dir"]
+        expected = set(seen) | {
+            uri
+            for uri, r in visible.items()
+            if r.kind != "dir" and uri != MARKER and any(uri.startswith(d + "/") for d in seen_dirs)
+        }
+        assert s.updated == expected, (s.who.label, sorted(s.updated ^ expected))
+
+
+async def check_tag_events(live: Live, oracle: Oracle, built: Built, everything: list[str]) -> Oracle:
+    """Every resource re-tagged or deleted (see :func:`retag`) while every principal that sees the
+    marker listens to every URI. Returns the oracle of the world afterwards."""
+    before = oracle
+    after = Oracle(retagged(oracle.world), oracle.slugs)
+
+    async def writes() -> None:
+        async with admin_http(live) as http:
+            for tenant, spec in enumerate(before.world.tenants):
+                base = f"{API}/tenants/{built.slugs[tenant]}/resources"
+                for index, res in enumerate(spec.resources):
+                    if res.uri == MARKER:
+                        continue
+                    rid = built.resource_ids[(tenant, res.uri)]
+                    new = retag(res, index)
+                    if new is None:
+                        assert (await http.delete(f"{base}/{rid}")).status_code == 204
+                        del built.resource_ids[(tenant, res.uri)]
+                    else:
+                        changed = await http.patch(f"{base}/{rid}", json={"tags": sorted(new.tags)})
+                        assert changed.status_code == 200, changed.text
+
+    for w in await run_watchers(live, built, before, everything, writes):
+        visible_before = {r.uri for r in before.visible(w.who)} - {MARKER}
+        visible_after = {r.uri for r in after.visible(w.who)} - {MARKER}
+        assert w.updated == visible_before | visible_after, (w.who.label, sorted(w.updated))
+        assert (w.list_changed > 0) == (visible_before != visible_after), (w.who.label, w.list_changed)
+    return after
+
+
+async def check_listings(live: Live, oracle: Oracle, who: Who) -> None:
+    """After the tag phase: the listing and the reads of every stored URI follow the new tags."""
+    async with mcp_client(live, who) as client:
+        items, _ = await list_all(client)
+        assert [r.uri for r in items] == [r.uri for r in oracle.visible(who)], who.label
+        stored = sorted({r.uri for spec in oracle.world.tenants for r in spec.resources})
+        for uri in stored:
+            want = oracle.read(who, uri)
+            try:
+                got = contents_of(await client.read_resource(uri))
+            except MCPError as exc:
+                assert want is None, (who.label, uri, error_of(exc))
+                continue
+            assert got == want, (who.label, uri, "after re-tagging")
+
+
 async def check_world(live: Live, world: World) -> None:
     built = await build(live, world)
     try:
@@ -797,6 +1017,11 @@ async def check_world(live: Live, world: World) -> None:
             check_dead_tokens(live, built),
         )
         await check_listen(live, oracle, built, everything)
+        await add_marker(live, built)
+        marked = Oracle(with_marker(world), built.slugs)
+        await check_directory_events(live, marked, built)
+        after = await check_tag_events(live, marked, built, everything)
+        await asyncio.gather(*(check_listings(live, after, who) for who in built.principals))
     finally:
         await teardown(live, built)
 

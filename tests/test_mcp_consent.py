@@ -3,23 +3,28 @@ META-3) and server-initiated elicitation in 2025-11-25 sessions (COMPAT-11); the
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 import mcp_types as types
 import pytest
 import pytest_asyncio
 from mcp.shared.exceptions import MCPError
 from sqlalchemy.engine import make_url
 
+from catalog.core.schemas import MAX_CONSENT_PURPOSE_LENGTH
 from catalog.mcp.context import CONSENT_DECLINED
 from tests.mcp_helpers import (
     Served,
     accepting,
     answering,
+    envelope,
     mcp_settings,
+    modern_headers,
     module_database,
     raw,
     served,
@@ -211,3 +216,57 @@ async def test_directory_read_leaves_out_gated_children_without_asking(srv: Serv
     async with srv.client(elicitation_callback=accepting()) as client:
         result = await client.read_resource("file:///project/docs")
     assert [c.uri for c in result.contents] == ["file:///project/docs/guide.md"]
+
+
+# -- the purpose is free text: bounded, no NUL, valid Unicode (issue 12 item 5) ----------------------
+
+
+def _retry_with_purpose(srv: Served, purpose_json: str) -> Any:
+    """A consent retry whose purpose is the raw JSON string literal ``purpose_json`` (so lone
+    surrogates can be sent as ``\\ud800`` escapes, which no client library would produce)."""
+    state = raw(srv, "resources/read", {"uri": GATED}, caps=FORM).json()["result"]["requestState"]
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "resources/read",
+            "params": {
+                "_meta": envelope(caps=FORM),
+                "uri": GATED,
+                "requestState": state,
+                "inputResponses": {
+                    "consent": {"action": "accept", "content": {"accept": True, "purpose": "@PURPOSE@"}}
+                },
+            },
+        }
+    ).replace('"@PURPOSE@"', purpose_json)
+    headers = modern_headers("resources/read", GATED)
+    return httpx.post(srv.mcp_url, content=body.encode(), headers=headers, timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("purpose_json", "reason"),
+    [
+        ('"to debug\\u0000 it"', "NUL"),
+        ('"to debug \\ud800 it"', "surrogate"),
+        ('"to debug \\udfff"', "surrogate"),
+        (json.dumps("x" * (MAX_CONSENT_PURPOSE_LENGTH + 1)), "at most"),
+    ],
+)
+async def test_an_unstorable_or_oversized_purpose_is_32602_and_nothing_is_read_res_23(
+    srv: Served, purpose_json: str, reason: str
+) -> None:
+    before = await consent_audit(srv)
+    response = _retry_with_purpose(srv, purpose_json)
+    error = response.json()["error"]
+    assert error["code"] == -32602, error
+    assert "purpose" in error["message"] and reason in error["message"], error
+    assert "result" not in response.json()
+    assert await consent_audit(srv) == before
+
+
+async def test_a_purpose_at_the_limit_is_audited_whole(srv: Served) -> None:
+    purpose = "é" * MAX_CONSENT_PURPOSE_LENGTH
+    response = _retry_with_purpose(srv, json.dumps(purpose))
+    assert response.json()["result"]["contents"][0]["text"] == GATED_TEXT
+    assert (await consent_audit(srv))[-1][2] == purpose

@@ -227,14 +227,13 @@ def test_legacy_session_wire_has_no_modern_fields_and_is_bound_to_its_credential
 # -- authentication --------------------------------------------------------------------------------
 
 
-def test_bad_token_is_401_pointing_at_the_metadata_auth_3(srv: Served) -> None:
+def test_bad_token_is_401_with_a_challenge_naming_the_error_auth_10(srv: Served) -> None:
+    """Without OAuth the challenge names no metadata (there is no authorization server to find;
+    tests/test_admin_scopes.py covers the OAuth case)."""
     response = raw(srv, "resources/list", headers={"Authorization": "Bearer cat_not-a-token"})
     assert response.status_code == 401
-    challenge = response.headers["www-authenticate"]
-    assert challenge.startswith(
-        f'Bearer resource_metadata="{srv.base_url}/.well-known/oauth-protected-resource/mcp"'
-    )
-    assert 'error="invalid_token"' in challenge
+    assert response.headers["www-authenticate"] == 'Bearer realm="catalog", error="invalid_token"'
+    assert response.json()["error"] == "invalid_token"
 
 
 def test_token_in_query_is_refused_auth_7(srv: Served) -> None:
@@ -246,6 +245,36 @@ def test_token_in_query_is_refused_auth_7(srv: Served) -> None:
     assert response.status_code == 401
 
 
+@pytest.mark.parametrize(
+    ("query", "refused"),
+    [
+        ("access_token=x", True),
+        ("access%5Ftoken=x", True),  # the same name, percent-encoded
+        ("a=1&access_token=", True),
+        ("xaccess_token=1", False),  # another name
+        ("note=access_token%3Dx", False),  # only a value mentions it
+    ],
+)
+def test_both_surfaces_judge_a_token_in_the_query_string_alike_auth_7(
+    srv: Served, query: str, refused: bool
+) -> None:
+    """One rule (``catalog.auth.request_credentials``): a raw substring test on /mcp and a decoded
+    one on the admin API once disagreed in both directions."""
+    admin = {"Authorization": "Bearer cat_test-platform-admin-token"}
+    on_admin = httpx.get(f"{srv.base_url}/admin/v1/tenants?{query}", headers=admin)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "resources/list", "params": {"_meta": envelope()}}
+    on_mcp = httpx.post(
+        f"{srv.mcp_url}?{query}",
+        json=body,
+        headers={**modern_headers("resources/list"), "Authorization": f"Bearer {srv.token('staff')}"},
+    )
+    expected = 401 if refused else 200
+    assert (on_admin.status_code, on_mcp.status_code) == (expected, expected)
+    if refused:
+        assert 'error="invalid_request"' in on_admin.headers["www-authenticate"]
+        assert 'error="invalid_request"' in on_mcp.headers["www-authenticate"]
+
+
 def test_platform_admin_token_is_403_on_the_agent_surface(srv: Served) -> None:
     response = raw(srv, "resources/list", headers={"Authorization": "Bearer cat_test-platform-admin-token"})
     assert (
@@ -253,13 +282,11 @@ def test_platform_admin_token_is_403_on_the_agent_surface(srv: Served) -> None:
     )
 
 
-def test_protected_resource_metadata_both_paths_auth_13(srv: Served) -> None:
+def test_without_oauth_no_protected_resource_metadata_is_advertised_auth_2(srv: Served) -> None:
+    """AUTH-2: metadata must name an authorization server; without OAuth there is none, so none is
+    served (with OAuth: tests/test_admin_scopes.py)."""
     for path in ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"):
-        response = httpx.get(srv.base_url + path)
-        assert response.status_code == 200
-        body = response.json()
-        assert body["resource"] == srv.mcp_url and body["authorization_servers"] == []
-        assert body["bearer_methods_supported"] == ["header"]
+        assert httpx.get(srv.base_url + path).status_code == 404
 
 
 @pytest.mark.asyncio(loop_scope="session")
@@ -274,9 +301,7 @@ async def test_without_public_tenant_anonymous_callers_get_401(
         body = {"jsonrpc": "2.0", "id": 1, "method": "resources/list", "params": {"_meta": envelope()}}
         response = await client.post(s.mcp_url, json=body, headers=modern_headers("resources/list"))
         assert response.status_code == 401
-        assert response.headers["www-authenticate"] == (
-            f'Bearer resource_metadata="{s.base_url}/.well-known/oauth-protected-resource/mcp"'
-        )
+        assert response.headers["www-authenticate"] == 'Bearer realm="catalog"'
         authed = modern_headers("resources/list", Authorization=f"Bearer {s.token('admin')}")
         assert (await client.post(s.mcp_url, json=body, headers=authed)).status_code == 200
 

@@ -4,6 +4,7 @@ a write through the core -> the database's NOTIFY -> the event hub -> the stream
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -19,10 +20,11 @@ from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated
 
 from catalog.core.grants import create_grant
 from catalog.core.principal import Principal
-from catalog.core.resources import upsert_resource
-from catalog.core.schemas import GrantIn, ResourceIn
+from catalog.core.resources import ListingFilter, delete_resource, list_resources, upsert_resource
+from catalog.core.schemas import GrantIn, ResourceIn, TokenIn
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
+from catalog.core.tokens import create_token
 from catalog.db.engine import create_engine
 from catalog.events.hub import ChangeEvent
 from tests.mcp_helpers import HIDDEN, Served, envelope, mcp_settings, modern_headers, module_database, served
@@ -291,3 +293,123 @@ async def test_legacy_subscribe_pushes_updates_and_list_changes_on_the_session_c
         with anyio.fail_after(WAIT):
             await listed.wait()
         await client.unsubscribe_resource(WATCHED)  # pyright: ignore[reportDeprecated]
+
+
+# -- visibility through tags drives events; hidden directories never fire (issue 12 items 10, 11) ---
+
+TAGGED = "file:///private/tag-me.txt"  # hidden from the public scope; the "staff" token sees tag staff
+SENTINEL = "test://static-text"  # visible to everyone: a write to it marks "everything before arrived"
+_SENTINELS = itertools.count()
+
+
+async def _token(
+    writer: Any, srv: Served, name: str, scopes: list[str], grants: list[dict[str, str]]
+) -> None:
+    catalog, tenant = writer.catalog, writer.tenant
+    for grant in grants:
+        await create_grant(catalog, SYSTEM, tenant, GrantIn.model_validate(grant))
+    created = await create_token(catalog, SYSTEM, tenant, TokenIn.model_validate({"scopes": scopes}))
+    srv.fixture.tokens[name] = created.token
+
+
+async def _until_sentinel(sub: Any, writer: Any) -> list[Any]:
+    """Everything the stream says up to the sentinel's update (events arrive in commit order), in
+    a stable order (one batch's list_changed and updated come in the adapter's order)."""
+    await writer(SENTINEL, f"sentinel {next(_SENTINELS)}")  # a new text each time: a real change
+    got = await collect(sub, lambda e: e == ResourceUpdated(uri=SENTINEL))
+    return sorted(got[:-1], key=repr)
+
+
+async def test_adding_and_removing_a_tag_shows_and_hides_a_resource_to_a_tag_grant_res_16_sub_6(
+    srv: Served, writer: Any
+) -> None:
+    await writer(TAGGED, "v1")  # exists, untagged: hidden from the staff token
+    async with (
+        srv.client(token="staff") as client,
+        client.listen(resources_list_changed=True, resource_subscriptions=[TAGGED, SENTINEL]) as sub,
+    ):
+        await writer(TAGGED, "v2")  # still hidden: nothing
+        assert await _until_sentinel(sub, writer) == []
+        await writer(TAGGED, "v2", tags=["staff"])  # now visible through the tag
+        assert await _until_sentinel(sub, writer) == sorted(
+            [ResourceUpdated(uri=TAGGED), ResourcesListChanged()], key=repr
+        )
+        await writer(TAGGED, "v3", tags=["staff"])  # visible before and after: content only
+        assert await _until_sentinel(sub, writer) == [ResourceUpdated(uri=TAGGED)]
+        await writer(TAGGED, "v3", tags=["other"])  # hidden again: read again (it is gone for you)
+        assert await _until_sentinel(sub, writer) == sorted(
+            [ResourceUpdated(uri=TAGGED), ResourcesListChanged()], key=repr
+        )
+        await writer(TAGGED, "v4", tags=["other"])  # hidden throughout
+        assert await _until_sentinel(sub, writer) == []
+
+
+async def test_deleting_a_resource_visible_only_through_a_tag_fires_res_16_sub_6(
+    srv: Served, writer: Any
+) -> None:
+    await writer(TAGGED, "tagged", tags=["staff"])
+    async with (
+        srv.client(token="staff") as client,
+        client.listen(resources_list_changed=True, resource_subscriptions=[TAGGED, SENTINEL]) as sub,
+    ):
+        [record], _ = await list_resources(
+            writer.catalog, SYSTEM, writer.tenant, listing="t", filters=ListingFilter(uri_prefix=TAGGED)
+        )
+        await delete_resource(writer.catalog, SYSTEM, writer.tenant, record.id)
+        assert await _until_sentinel(sub, writer) == sorted(
+            [ResourceUpdated(uri=TAGGED), ResourcesListChanged()], key=repr
+        )
+
+
+async def test_a_list_listener_hears_a_tag_making_a_resource_visible_without_subscribing(
+    srv: Served, writer: Any
+) -> None:
+    await writer(TAGGED, "v1")
+    async with srv.client(token="staff") as client, client.listen(resources_list_changed=True) as sub:
+        await writer(TAGGED, "v1", tags=["staff"])
+        got = await collect(sub, lambda e: True)
+        assert got == [ResourcesListChanged()]
+        assert TAGGED in {r.uri for r in (await client.list_resources()).resources}
+
+
+async def test_a_subscription_to_a_hidden_directory_never_fires_sub_7(srv: Served, writer: Any) -> None:
+    """Item 11: a token that sees file:///secret/key.txt but not the directory file:///secret."""
+    await writer("file:///secret/key.txt", "k1")
+    await upsert_resource(
+        writer.catalog,
+        SYSTEM,
+        writer.tenant,
+        ResourceIn.model_validate({"uri": "file:///secret", "name": "secret", "mimeType": "inode/directory"}),
+    )
+    await _token(
+        writer,
+        srv,
+        "key-only",
+        ["key"],
+        [{"scope": "key", "uri": "file:///secret/key.txt"}, {"scope": "key", "uri": SENTINEL}],
+    )
+    async with (
+        srv.client(token="key-only") as client,
+        client.listen(resource_subscriptions=["file:///secret", SENTINEL]) as sub,
+    ):
+        # A curator touches the hidden directory, then the visible file under it.
+        await upsert_resource(
+            writer.catalog,
+            SYSTEM,
+            writer.tenant,
+            ResourceIn.model_validate(
+                {"uri": "file:///secret", "name": "secret", "title": "touched", "mimeType": "inode/directory"}
+            ),
+        )
+        await writer("file:///secret/key.txt", "k2")
+        assert await _until_sentinel(sub, writer) == []
+        # Once the directory is visible (a grant), its descendants fire as for any directory.
+        await create_grant(
+            writer.catalog,
+            SYSTEM,
+            writer.tenant,
+            GrantIn.model_validate({"scope": "key", "uri": "file:///secret"}),
+        )
+        await writer("file:///secret/key.txt", "k3")
+        got = await _until_sentinel(sub, writer)
+        assert got[-1] == ResourceUpdated(uri="file:///secret/key.txt")

@@ -125,6 +125,31 @@ async def test_tokens_outside_their_window_audience_or_issuer_are_refused(
     assert reason in info.value.detail
 
 
+async def test_a_jwt_without_a_subject_is_refused_so_callers_stay_apart(
+    catalog: Catalog, issuer: Issuer
+) -> None:
+    """Issue 12 item 13: tokens without ``sub`` were all one caller ("jwt:unknown"), sharing consent
+    request state and the audit trail's name."""
+    for sub in (None, "", "  "):
+        with pytest.raises(Unauthenticated, match="no subject"):
+            await authenticate(catalog, f"Bearer {issuer.token(tenant='acme', sub=sub)}")
+    principal = await authenticate(catalog, f"Bearer {issuer.token(tenant='acme', sub='agent-9')}")
+    assert principal is not None and principal.label == "jwt:agent-9"
+
+
+@pytest.mark.parametrize(
+    "audience", ["HTTPS://Catalog.Test/mcp", "https://CATALOG.test/mcp/", [AUDIENCE, "x"]]
+)
+async def test_the_audience_matches_with_scheme_and_host_in_any_case_auth_13(
+    catalog: Catalog, issuer: Issuer, audience: object
+) -> None:
+    principal = await authenticate(catalog, f"Bearer {issuer.token(tenant='acme', aud=audience)}")
+    assert principal is not None and principal.tenant_slug == "acme"
+    for other in ("https://catalog.test/mcpx", "https://catalog.test/MCP", "https://other.test/mcp"):
+        with pytest.raises(Unauthenticated, match="another resource"):
+            await authenticate(catalog, f"Bearer {issuer.token(tenant='acme', aud=other)}")
+
+
 async def test_a_token_signed_by_another_key_is_refused(catalog: Catalog, issuer: Issuer) -> None:
     stranger = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     with pytest.raises(Unauthenticated, match="invalid"):

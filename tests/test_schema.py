@@ -300,3 +300,197 @@ async def test_every_key_includes_tenant_id_or_the_table_is_a_named_reference_ta
     names = {key["name"] for key in [*constraints, *unique_indexes]}
     assert {"pk_resources", "uq_resources_tenant_id_uri", "fk_resources_tenant_id_blob_sha256_blobs"} <= names
     assert "ix_tokens_token_hash" in names  # the key that makes tokens a reference table
+
+
+# -- migration 0004: per-tenant seq, tags in events, the platform audit log (issue 12) ---------------
+
+
+async def test_each_tenant_numbers_its_own_changes_without_gaps_from_others(
+    conn: asyncpg.Connection, notifications: Notifications
+) -> None:
+    """Issue 12 item 15: interleaved writes of two tenants give each a feed numbered 1, 2, 3, ...:
+    nothing in one tenant's numbering depends on how busy another is (payloads say the same)."""
+    acme, globex = await make_tenant(conn, "acme"), await make_tenant(conn, "globex")
+    insert = "INSERT INTO resources (tenant_id, uri, name) VALUES ($1, $2, 'r')"
+    for n in range(4):
+        await conn.execute(insert, acme, f"test://{n}")
+        await conn.execute(insert, globex, f"test://{n}")
+        await conn.execute(
+            "UPDATE resources SET text = 'x' WHERE tenant_id = $1 AND uri = $2", globex, f"test://{n}"
+        )
+    payloads = [await notifications.next() for _ in range(12)]
+    for tenant, count in ((acme, 4), (globex, 8)):
+        feed = await conn.fetch("SELECT seq FROM change_feed WHERE tenant_id = $1 ORDER BY seq", tenant)
+        assert [r["seq"] for r in feed] == list(range(1, count + 1))
+        assert [p["s"] for p in payloads if p["t"] == tenant] == list(range(1, count + 1))
+
+
+async def test_a_rolled_back_write_leaves_a_gap_only_in_its_own_tenant(conn: asyncpg.Connection) -> None:
+    acme, globex = await make_tenant(conn, "acme"), await make_tenant(conn, "globex")
+    with pytest.raises(asyncpg.UniqueViolationError):
+        async with conn.transaction():
+            await conn.execute(
+                "INSERT INTO resources (tenant_id, uri, name) VALUES ($1, 'test://a', 'r')", acme
+            )
+            await conn.execute(
+                "INSERT INTO resources (tenant_id, uri, name) VALUES ($1, 'test://a', 'r')", acme
+            )
+    await conn.execute("INSERT INTO resources (tenant_id, uri, name) VALUES ($1, 'test://a', 'r')", globex)
+    assert await conn.fetchval("SELECT seq FROM change_feed WHERE tenant_id = $1", globex) == 1
+
+
+async def test_payloads_and_feed_carry_the_tags_before_and_after(
+    conn: asyncpg.Connection, notifications: Notifications
+) -> None:
+    """Items 10 and 11: a watcher decides tag visibility from the event, even for a deleted row."""
+    tenant = await make_tenant(conn, "acme")
+    await conn.execute(
+        "INSERT INTO resources (tenant_id, uri, name, tags) VALUES ($1, 'test://a', 'a', '{x}')", tenant
+    )
+    await conn.execute("UPDATE resources SET tags = '{x,y}'")
+    await conn.execute("UPDATE resources SET uri = 'test://b'")
+    await conn.execute("DELETE FROM resources")
+    await conn.execute(
+        "INSERT INTO templates (tenant_id, uri_template, literal_prefix, name, tags)"
+        " VALUES ($1, 'test://t/{id}', 'test://t/', 't', '{z}')",
+        tenant,
+    )
+    await conn.execute("INSERT INTO grants (tenant_id, scope, tag) VALUES ($1, 's', 'x')", tenant)
+    payloads = [await notifications.next() for _ in range(7)]
+    assert [(p["u"], p["o"], p.get("b"), p.get("a")) for p in payloads] == [
+        ("test://a", "created", None, ["x"]),
+        ("test://a", "updated", ["x"], ["x", "y"]),
+        ("test://a", "deleted", ["x", "y"], None),
+        ("test://b", "created", None, ["x", "y"]),
+        ("test://b", "deleted", ["x", "y"], None),
+        ("test://t/{id}", "created", None, ["z"]),
+        (None, "created", None, None),
+    ]
+    feed = await conn.fetch("SELECT uri, tags_before, tags_after FROM change_feed ORDER BY seq")
+    assert [(r["uri"], r["tags_before"], r["tags_after"]) for r in feed][:3] == [
+        ("test://a", None, ["x"]),
+        ("test://a", ["x"], ["x", "y"]),
+        ("test://a", ["x", "y"], None),
+    ]
+
+
+async def test_the_four_argument_emit_still_works_for_changes_without_tags(
+    conn: asyncpg.Connection, notifications: Notifications
+) -> None:
+    """Any other trigger (a later migration's) may call catalog_emit_change as 0001 defined it."""
+    tenant = await make_tenant(conn, "acme")
+    async with conn.transaction():
+        await conn.execute("SELECT set_config('catalog.all_tenants', 'on', true)")
+        await conn.execute("SELECT catalog_emit_change($1, 'grant', 'test://x', 'created')", tenant)
+    payload = await notifications.next()
+    assert (payload["u"], payload["s"], payload["b"], payload["a"]) == ("test://x", 1, None, None)
+
+
+async def test_a_payload_with_too_many_tags_leaves_them_to_the_feed(
+    conn: asyncpg.Connection, notifications: Notifications
+) -> None:
+    tenant = await make_tenant(conn, "acme")
+    tags = [f"{n:03d}" + "t" * 120 for n in range(64)]  # 64 tags of 123 characters: ~8 KB of JSON
+    await conn.execute(
+        "INSERT INTO resources (tenant_id, uri, name, tags) VALUES ($1, 'test://a', 'a', $2)", tenant, tags
+    )
+    payload = await notifications.next()
+    assert payload["u"] is None and "a" not in payload and payload["o"] == "created"
+    row = await conn.fetchrow(
+        "SELECT uri, tags_after FROM change_feed WHERE tenant_id = $1 AND seq = $2", tenant, payload["s"]
+    )
+    assert (row["uri"], row["tags_after"]) == ("test://a", tags)
+
+
+async def test_deleting_a_tenant_keeps_its_audit_trail_for_the_platform(conn: asyncpg.Connection) -> None:
+    """Item 14: the trail is copied to platform_audit_log (platform scope only) before the cascade."""
+    tenant = await make_tenant(conn, "acme")
+    for n, action in enumerate(("resource.create", "resource.update", "grant.delete")):
+        await conn.execute(
+            "INSERT INTO audit_log (tenant_id, principal, action, target_kind, target_id)"
+            " VALUES ($1, 'token:1', $2, 'resource', $3)",
+            tenant,
+            action,
+            n,
+        )
+    await conn.execute("DELETE FROM tenants WHERE id = $1", tenant)
+    assert await conn.fetchval("SELECT count(*) FROM audit_log") == 0
+    kept = await conn.fetch(
+        "SELECT tenant_id, tenant_slug, action, target_id FROM platform_audit_log ORDER BY id"
+    )
+    assert [tuple(r) for r in kept] == [
+        (tenant, "acme", "resource.create", 0),
+        (tenant, "acme", "resource.update", 1),
+        (tenant, "acme", "grant.delete", 2),
+    ]
+    async with conn.transaction():
+        await conn.execute("SET LOCAL ROLE catalog_app")
+        await conn.execute("SELECT set_config('catalog.tenant_id', $1, true)", str(tenant))
+        assert await conn.fetchval("SELECT count(*) FROM platform_audit_log") == 0  # tenant scope: nothing
+        await conn.execute("SELECT set_config('catalog.all_tenants', 'on', true)")
+        assert await conn.fetchval("SELECT count(*) FROM platform_audit_log") == 3
+
+
+async def test_0004_upgrades_a_populated_database_and_downgrades_cleanly(empty_database_url: str) -> None:
+    """Sequences continue after each tenant's highest (global) seq, so every ?after= a client holds
+    stays valid; the downgrade goes back to one identity after the highest seq of any tenant."""
+    await asyncio.to_thread(migrate.upgrade, empty_database_url, "0002")
+    conn = await asyncpg.connect(dsn(empty_database_url))
+    try:
+        acme, globex = await make_tenant(conn, "acme"), await make_tenant(conn, "globex")
+        for n in range(3):
+            for tenant in (acme, globex):
+                await conn.execute(
+                    "INSERT INTO resources (tenant_id, uri, name) VALUES ($1, $2, 'r')", tenant, f"test://{n}"
+                )
+        before = {
+            t: [
+                r["seq"]
+                for r in await conn.fetch("SELECT seq FROM change_feed WHERE tenant_id = $1 ORDER BY seq", t)
+            ]
+            for t in (acme, globex)
+        }
+        assert before == {acme: [1, 3, 5], globex: [2, 4, 6]}  # one global sequence: the old way
+        await asyncio.to_thread(migrate.upgrade, empty_database_url, "0004")
+        await conn.execute(
+            "INSERT INTO resources (tenant_id, uri, name) VALUES ($1, 'test://new', 'r')", acme
+        )
+        await conn.execute(
+            "INSERT INTO resources (tenant_id, uri, name) VALUES ($1, 'test://new', 'r')", globex
+        )
+        third = await make_tenant(conn, "third")
+        await conn.execute(
+            "INSERT INTO resources (tenant_id, uri, name) VALUES ($1, 'test://new', 'r')", third
+        )
+        after = {
+            t: [
+                r["seq"]
+                for r in await conn.fetch("SELECT seq FROM change_feed WHERE tenant_id = $1 ORDER BY seq", t)
+            ]
+            for t in (acme, globex, third)
+        }
+        assert after == {acme: [1, 3, 5, 6], globex: [2, 4, 6, 7], third: [1]}
+        old_rows = await conn.fetch(
+            "SELECT tags_before, tags_after FROM change_feed WHERE seq <= 5 AND tenant_id = $1", acme
+        )
+        assert {(r["tags_before"], r["tags_after"]) for r in old_rows} == {
+            (None, None)
+        }  # unknown, not "none"
+
+        await asyncio.to_thread(migrate.downgrade, empty_database_url, "0002")
+        await conn.execute(
+            "INSERT INTO resources (tenant_id, uri, name) VALUES ($1, 'test://after', 'r')", acme
+        )
+        assert await conn.fetchval("SELECT max(seq) FROM change_feed WHERE tenant_id = $1", acme) == 8
+        assert (
+            await conn.fetchval("SELECT count(*) FROM pg_class WHERE relname LIKE 'catalog_change_seq_%'")
+            == 0
+        )
+        assert await conn.fetchval("SELECT to_regclass('platform_audit_log')") is None
+        await asyncio.to_thread(migrate.upgrade, empty_database_url)
+        await conn.execute(
+            "INSERT INTO resources (tenant_id, uri, name) VALUES ($1, 'test://again', 'r')", acme
+        )
+        assert await conn.fetchval("SELECT max(seq) FROM change_feed WHERE tenant_id = $1", acme) == 9
+    finally:
+        await conn.close()

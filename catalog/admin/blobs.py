@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Request, Response, status
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from catalog.admin.deps import AdminTenantDep, CatalogDep
+from catalog.admin.deps import AdminTenantDep, CatalogDep, PrincipalDep
 from catalog.core import blobs as core
 from catalog.core.errors import FieldError, InvalidInput, NotFound, TooLarge
 from catalog.core.schemas import MIME_TYPE_PATTERN, BlobOut
@@ -74,13 +74,14 @@ async def upload_blob(
     request: Request,
     tenant: AdminTenantDep,
     catalog: CatalogDep,
+    principal: PrincipalDep,
     content_type: Annotated[str | None, Header(alias="Content-Type", include_in_schema=False)] = None,
     content_length: Annotated[str | None, Header(alias="Content-Length", include_in_schema=False)] = None,
 ) -> JSONResponse:
     """Upload raw bytes, streamed and hashed on the way in, bounded by ``CATALOG_MAX_BLOB_BYTES``."""
     mime_type = _mime_type(content_type)
     _check_declared_length(catalog.settings.max_blob_bytes, content_length)
-    blob, created = await core.put_stream(catalog, tenant.id, request.stream(), mime_type)
+    blob, created = await core.put_stream(catalog, tenant.id, request.stream(), mime_type, by=principal)
     out = BlobOut(sha256=blob.sha256, size=blob.size, mime_type=blob.mime_type)
     return JSONResponse(
         out.dump(),
@@ -95,7 +96,9 @@ async def upload_blob(
     responses={200: {"content": {"*/*": {"schema": {"type": "string", "format": "binary"}}}}, 404: {}},
 )
 async def download_blob(sha256: Sha256, tenant: AdminTenantDep, catalog: CatalogDep) -> Response:
-    """The bytes, streamed, with the Content-Type they were uploaded with and their Content-Length."""
+    """The bytes, streamed, with the Content-Type they were uploaded with and their Content-Length;
+    ``nosniff``, a sandboxing CSP, and ``attachment`` unless the type is passive (images, plain text,
+    JSON, audio, video)."""
     blob = await core.get_blob(catalog, tenant.id, sha256)
     if blob is None:
         raise NotFound(f"no blob {sha256}")
@@ -105,5 +108,38 @@ async def download_blob(sha256: Sha256, tenant: AdminTenantDep, catalog: Catalog
             "Content-Type": blob.mime_type or DEFAULT_MIME_TYPE,
             "Content-Length": str(blob.size),
             "ETag": f'"{blob.sha256}"',
+            **download_headers(blob.sha256, blob.mime_type),
         },
     )
+
+
+# Types a browser shows without running anything. Everything else (HTML, SVG, XML, scripts, PDF,
+# types we have never heard of) is sent as an attachment: curators upload whatever they like, and a
+# blob opened from the admin origin must not run script there.
+PASSIVE_TYPES = frozenset(
+    {
+        "application/octet-stream",
+        "application/json",
+        "text/plain",
+        "text/csv",
+        "image/png",
+        "image/jpeg",
+        "image/gif",
+        "image/webp",
+        "image/avif",
+    }
+)
+BLOB_CSP = "default-src 'none'; sandbox"
+
+
+def download_headers(sha256: str, mime_type: str | None) -> dict[str, str]:
+    """The headers that make stored content safe to serve from this origin, for every response
+    that carries blob bytes: never sniffed into another type, never able to run script (a sandboxed
+    CSP even if rendered), and active types downloaded instead of rendered."""
+    essence = (mime_type or DEFAULT_MIME_TYPE).split(";", 1)[0].strip().lower()
+    passive = essence in PASSIVE_TYPES or essence.startswith(("audio/", "video/"))
+    return {
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": BLOB_CSP,
+        "Content-Disposition": f'{"inline" if passive else "attachment"}; filename="{sha256}"',
+    }

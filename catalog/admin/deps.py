@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Query, Request
 
-from catalog.auth import authenticate
+from catalog.auth import authenticate_request
 from catalog.core.errors import Forbidden, InsufficientScope, NotFound, Unauthenticated
 from catalog.core.principal import Principal
 from catalog.core.service import Catalog
@@ -24,11 +24,9 @@ async def get_principal(request: Request, catalog: CatalogDep) -> Principal:
     """The caller. 401 (with a ``WWW-Authenticate`` challenge naming the protected-resource
     metadata: see :mod:`catalog.admin.problems`) without a usable bearer token, or with a token in
     the query string (RFC 6750 section 2.3 is not supported: URLs end up in logs)."""
-    if "access_token" in request.query_params:
-        raise Unauthenticated(
-            "tokens are accepted only in the Authorization header, never in the URL", error="invalid_request"
-        )
-    principal = await authenticate(catalog, request.headers.get("authorization"))
+    principal = await authenticate_request(
+        catalog, request.headers.get("authorization"), request.scope.get("query_string", b"")
+    )
     if principal is None:
         raise Unauthenticated("this API needs a bearer token", error=None)
     return principal

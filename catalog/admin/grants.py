@@ -6,7 +6,7 @@ from fastapi import APIRouter, Response, status
 
 from catalog.admin.deps import AdminTenantDep, CatalogDep, ItemId, PrincipalDep
 from catalog.core import grants as core
-from catalog.core.schemas import GrantIn, GrantOut, Page
+from catalog.core.schemas import GrantCreated, GrantIn, GrantOut, Page
 
 router = APIRouter(prefix="/tenants/{slug}/grants", tags=["grants"])
 
@@ -14,15 +14,17 @@ router = APIRouter(prefix="/tenants/{slug}/grants", tags=["grants"])
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
-    response_model=GrantOut,
+    response_model=GrantCreated,
     response_model_exclude_none=True,
     responses={409: {"description": "the same grant exists"}, 422: {"description": "invalid input"}},
 )
 async def create_grant(
     body: GrantIn, tenant: AdminTenantDep, catalog: CatalogDep, principal: PrincipalDep
-) -> GrantOut:
-    """Give ``scope`` sight of one resource (``uri``), a subtree (``uriPrefix``) or a ``tag``:
-    exactly one of the three."""
+) -> GrantCreated:
+    """Give ``scope`` sight of one resource (``uri``), of every URI starting with a string
+    (``uriPrefix``: a plain string prefix, so ``file:///a`` also covers ``file:///ab``; end it with
+    ``/`` for a subtree) or of a ``tag``: exactly one of the three. ``warnings`` in the answer names
+    a prefix that does not end at a delimiter (``/``, ``#``, ``?``, ``:``, ``&``, ``=``, ``;``)."""
     return await core.create_grant(catalog, principal, tenant, body)
 
 

@@ -14,6 +14,8 @@ from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from catalog.auth.challenges import ADMIN_RESOURCE
+from catalog.auth.challenges import bearer_challenge as bearer_challenge_for
 from catalog.core.errors import CatalogError, FieldError, InsufficientScope, Unauthenticated
 from catalog.db.engine import database_unavailable
 
@@ -21,7 +23,6 @@ logger = logging.getLogger("catalog.admin")
 
 PROBLEM_TYPE_BASE = "https://catalog.invalid/problems/"
 PROBLEM_MEDIA_TYPE = "application/problem+json"
-PROTECTED_RESOURCE_METADATA_PATH = "/.well-known/oauth-protected-resource"
 
 
 class ProblemResponse(JSONResponse):
@@ -102,37 +103,19 @@ _HTTP_TITLES = {
 }
 
 
-def resource_metadata_url(request: Request) -> str:
-    """Where the RFC 9728 metadata of the tokens this API accepts lives: the root well-known URL of
-    this origin (the same document as for ``/mcp``: one set of tokens serves both surfaces). The
-    origin is the configured OAuth audience's when there is one, else the request's own."""
-    settings = getattr(request.app.state, "settings", None)
-    audience = getattr(settings, "oauth_audience", None)
-    if audience and "://" in audience:
-        scheme, _, rest = audience.partition("://")
-        origin = f"{scheme}://{rest.split('/', 1)[0]}"
-    else:
-        origin = str(request.base_url).rstrip("/")
-    return origin + PROTECTED_RESOURCE_METADATA_PATH
-
-
-def _quoted(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def bearer_challenge(request: Request, exc: CatalogError) -> str | None:
-    """The ``WWW-Authenticate`` value for an auth error (RFC 6750 section 3, RFC 9728 section 5.1):
-    401 names the error (none when no credential was sent); 403 ``insufficient_scope`` names the
-    scope that would be enough. Other 403s (another tenant, platform-only routes) get no challenge:
-    no token this API could be given would change the answer."""
+    """The ``WWW-Authenticate`` value for an auth error (``catalog.auth.challenges``): 401 names the
+    error (none when no credential was sent); 403 ``insufficient_scope`` names the scope that would
+    be enough. Other 403s (another tenant, platform-only routes) get no challenge: no token this API
+    could be given would change the answer."""
+    settings = request.app.state.settings
     if isinstance(exc, Unauthenticated):
-        parts = [] if exc.error is None else [f"error={_quoted(exc.error)}"]
-    elif isinstance(exc, InsufficientScope):
-        parts = [f"error={_quoted('insufficient_scope')}", f"scope={_quoted(exc.scope)}"]
-    else:
-        return None
-    parts.append(f"resource_metadata={_quoted(resource_metadata_url(request))}")
-    return "Bearer " + ", ".join(parts)
+        return bearer_challenge_for(settings, request.scope, error=exc.error, resource=ADMIN_RESOURCE)
+    if isinstance(exc, InsufficientScope):
+        return bearer_challenge_for(
+            settings, request.scope, error="insufficient_scope", scopes=[exc.scope], resource=ADMIN_RESOURCE
+        )
+    return None
 
 
 def install_problem_handlers(app: FastAPI) -> None:

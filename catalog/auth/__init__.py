@@ -1,12 +1,15 @@
 """Who is calling: bearer tokens (and the anonymous public tenant) turned into a ``Principal``.
 
-One function for every surface; the admin API and the MCP endpoint differ only in what they do
-with a missing token (the MCP endpoint may fall back to the public tenant).
+One function for every surface (:func:`authenticate_request`); the admin API and the MCP endpoint
+differ only in what they do with a missing token (the MCP endpoint may fall back to the public
+tenant). What a refused caller is told is ``catalog.auth.challenges``'s; the checks every request
+passes first (Host, Origin, rate, body) are ``catalog.auth.edge``'s.
 """
 
 from __future__ import annotations
 
 import hmac
+from urllib.parse import parse_qsl
 
 from catalog.auth.jwt import looks_like_jwt
 from catalog.core.errors import Unauthenticated
@@ -15,6 +18,19 @@ from catalog.core.service import Catalog
 from catalog.core.tenants import find_tenant
 from catalog.core.tokens import principal_for_token
 from catalog.db.engine import self_scoped_driver
+
+TOKEN_IN_QUERY = "send the token in the Authorization header, never in the URL"
+
+
+def request_credentials(authorization: str | None, query_string: bytes) -> str | None:
+    """The bearer token a request carries (None without one), by one rule on every surface: a token
+    in the query string is refused (RFC 6750 section 2.3 is not supported: URLs end up in logs),
+    whatever its spelling (``access%5Ftoken`` is ``access_token``; ``xaccess_token`` is not)."""
+    if query_string:
+        names = {name for name, _ in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)}
+        if "access_token" in names:
+            raise Unauthenticated(TOKEN_IN_QUERY, error="invalid_request")
+    return bearer_token(authorization)
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -50,6 +66,15 @@ async def authenticate(catalog: Catalog, authorization: str | None) -> Principal
     if principal is None:
         raise Unauthenticated("the token is invalid, expired or revoked")
     return principal
+
+
+async def authenticate_request(
+    catalog: Catalog, authorization: str | None, query_string: bytes
+) -> Principal | None:
+    """The principal of a request (both surfaces): its credentials by :func:`request_credentials`'s
+    rule, resolved by :func:`authenticate`; None when it carries none."""
+    request_credentials(authorization, query_string)
+    return await authenticate(catalog, authorization)
 
 
 async def anonymous_principal(catalog: Catalog) -> Principal | None:

@@ -20,10 +20,26 @@ from typing import Any
 import jwt
 from jwt import PyJWK, PyJWKSet
 
+from catalog.auth.challenges import canonical_url
 from catalog.core.errors import Unauthenticated
 from catalog.core.principal import Principal
 
-ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
+# Each accepted algorithm and the JWK key type (``kty``) it verifies with. A token names its own
+# algorithm; the key it names by ``kid`` must be of that family, else PyJWT is handed a key its
+# algorithm cannot use (a TypeError, i.e. a 500, instead of a refused token).
+KEY_TYPES = {
+    "RS256": "RSA",
+    "RS384": "RSA",
+    "RS512": "RSA",
+    "PS256": "RSA",
+    "PS384": "RSA",
+    "PS512": "RSA",
+    "ES256": "EC",
+    "ES384": "EC",
+    "ES512": "EC",
+    "EdDSA": "OKP",
+}
+ALGORITHMS = list(KEY_TYPES)
 _JWKS_TTL_SECONDS = 300.0
 _MIN_REFETCH_SECONDS = 30.0
 _FILE_RECHECK_SECONDS = 5.0
@@ -39,6 +55,7 @@ class JwksSource:
 
     location: str
     _keys: dict[str, PyJWK] = field(default_factory=dict)
+    _declared_algs: dict[Any, Any] = field(default_factory=dict)
     _loaded_at: float = 0.0
     _mtime: float | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -60,6 +77,13 @@ class JwksSource:
             return self._keys.get(kid)
         return next(iter(self._keys.values())) if len(self._keys) == 1 else None
 
+    def fits(self, key: PyJWK, algorithm: str) -> bool:
+        """Whether ``key`` may verify a token signed with ``algorithm``: the key is of that
+        algorithm's family, and names that algorithm if it names one (RFC 7517 section 4.4). EC
+        curves are checked by PyJWT itself (a mismatch is an ``InvalidKeyError``)."""
+        declared = self._declared_algs.get(key.key_id)
+        return key.key_type == KEY_TYPES.get(algorithm) and declared in (None, algorithm)
+
     async def _refresh(self, *, force: bool) -> None:
         async with self._lock:
             if self.is_url:
@@ -78,6 +102,10 @@ class JwksSource:
                 self._mtime = mtime
             keys = PyJWKSet.from_dict(document).keys
             self._keys = {key.key_id or f"#{index}": key for index, key in enumerate(keys)}
+            # The ``alg`` each key names, if any (PyJWK fills in a default when it names none).
+            self._declared_algs = {
+                raw.get("kid"): raw.get("alg") for raw in document.get("keys", []) if isinstance(raw, dict)
+            }
             self._loaded_at = time.monotonic()
 
     def _read_file(self) -> tuple[float, dict[str, Any] | None]:
@@ -120,16 +148,24 @@ class JwtVerifier:
             ) from None
         if key is None:
             raise Unauthenticated("the token is signed by an unknown key")
+        if not self.jwks.fits(key, header["alg"]):
+            raise Unauthenticated("the token's signing algorithm does not fit the key it names")
         try:
-            return jwt.decode(
+            claims = jwt.decode(
                 token,
                 key=key.key,
                 algorithms=[header["alg"]],
-                audience=self.audience,
                 issuer=self.issuer,
                 leeway=self.leeway_seconds,
-                options={"require": ["exp", "iss", "aud"]},
+                # The audience is compared below, as URIs (scheme and host in any case, AUTH-13).
+                options={"require": ["exp", "iss", "aud", "sub"], "verify_aud": False},
             )
+        except jwt.MissingRequiredClaimError as exc:
+            if exc.claim == "sub":
+                raise Unauthenticated(
+                    "the token names no subject (sub): catalog tells callers apart by it"
+                ) from None
+            raise Unauthenticated(f"the token is invalid ({type(exc).__name__})") from None
         except jwt.ExpiredSignatureError:
             raise Unauthenticated("the token has expired") from None
         except jwt.ImmatureSignatureError:
@@ -138,8 +174,17 @@ class JwtVerifier:
             raise Unauthenticated("the token was issued for another resource") from None
         except jwt.InvalidIssuerError:
             raise Unauthenticated("the token comes from another issuer") from None
-        except jwt.PyJWTError as exc:
+        except (jwt.PyJWTError, TypeError, ValueError) as exc:
+            # TypeError/ValueError: key material PyJWT cannot use with this algorithm (a case
+            # ``JwksSource.fits`` does not foresee) is still the token's fault, never a server error.
             raise Unauthenticated(f"the token is invalid ({type(exc).__name__})") from None
+        if not isinstance(claims.get("sub"), str) or not claims["sub"].strip():
+            raise Unauthenticated("the token names no subject (sub): catalog tells callers apart by it")
+        audiences = claims["aud"] if isinstance(claims["aud"], list) else [claims["aud"]]
+        wanted = canonical_url(self.audience)
+        if not any(isinstance(aud, str) and canonical_url(aud) == wanted for aud in audiences):
+            raise Unauthenticated("the token was issued for another resource")
+        return claims
 
     @staticmethod
     def scopes_of(claims: dict[str, Any]) -> frozenset[str]:
@@ -159,6 +204,6 @@ class JwtVerifier:
             tenant_slug=tenant_slug,
             scopes=scopes - {self.admin_scope},
             is_admin=self.admin_scope in scopes,
-            subject=str(claims.get("sub") or "unknown"),
+            subject=claims["sub"],
             expires_at=datetime.fromtimestamp(claims["exp"] + self.leeway_seconds, UTC),
         )

@@ -35,9 +35,10 @@ def add_commands(commands: Commands) -> None:
 
 
 async def _create(catalog: Catalog, args: argparse.Namespace) -> int:
+    from catalog.core.principal import Principal
     from catalog.core.tenants import create_tenant
 
-    tenant = await create_tenant(catalog, args.slug, args.name)
+    tenant = await create_tenant(catalog, args.slug, args.name, by=Principal.system("cli"))
     print(f"created tenant {tenant.slug} ({tenant.name})")
     return 0
 
@@ -52,12 +53,13 @@ async def _list(catalog: Catalog, args: argparse.Namespace) -> int:
 
 
 async def _delete(catalog: Catalog, args: argparse.Namespace) -> int:
+    from catalog.core.principal import Principal
     from catalog.core.tenants import delete_tenant, get_tenant, tenant_counts
 
     tenant = await get_tenant(catalog, args.slug)  # an unknown slug fails before any question
     counts = await tenant_counts(catalog, tenant)
     held = ", ".join(f"{n} {kind}" for kind, n in counts.items())
     confirm(f"delete tenant {tenant.slug} and all its data ({held})?", assume_yes=args.yes)
-    await delete_tenant(catalog, tenant.slug)
+    await delete_tenant(catalog, tenant.slug, by=Principal.system("cli"))
     err(f"catalog: deleted tenant {tenant.slug} ({held})")
     return 0

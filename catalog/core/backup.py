@@ -59,7 +59,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import DateTime, Integer, Text
 
-from catalog.core.audit import record_audit
+from catalog.core.audit import AuditEntry, record_audit
 from catalog.core.errors import InvalidInput
 from catalog.core.principal import Principal
 from catalog.core.resources import METADATA_FIELDS as RESOURCE_FIELDS
@@ -459,7 +459,7 @@ async def restore_backup(
         raise reader.bad(f"backup format {header.get('format')!r} is not one this catalog reads ({FORMAT})")
     source = header.get("tenant") if isinstance(header.get("tenant"), dict) else {}
     tenant = await create_tenant(
-        catalog, slug, source.get("name") if isinstance(source.get("name"), str) else None
+        catalog, slug, source.get("name") if isinstance(source.get("name"), str) else None, by=principal
     )
     report = RestoreReport(tenant, source=source)
     try:
@@ -470,11 +470,12 @@ async def restore_backup(
                 "backupCreatedAt": header.get("createdAt"),
                 **report.counts.as_json(),
             }
-            await record_audit(
-                conn, tenant.id, principal, "tenant.restore", "tenant", tenant.id, None, None, None, detail
+            entry = AuditEntry(
+                action="tenant.restore", target_kind="tenant", target_id=tenant.id, detail=detail
             )
+            await record_audit(conn, tenant.id, principal, entry)
     except BaseException:
-        await delete_tenant(catalog, tenant.slug)
+        await delete_tenant(catalog, tenant.slug, by=principal)
         raise
     return report
 

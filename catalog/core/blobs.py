@@ -19,7 +19,9 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from catalog.core.audit import AuditEntry, record_audit
 from catalog.core.errors import TooLarge
+from catalog.core.principal import Principal
 from catalog.core.service import Catalog
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import blobs
@@ -41,31 +43,44 @@ def _too_large(limit: int) -> TooLarge:
 
 async def _insert(
     conn: AsyncConnection, tenant_id: int, digest: str, data: bytes, mime_type: str | None
-) -> StoredBlob:
-    await conn.execute(
-        pg_insert(blobs)
-        .values(tenant_id=tenant_id, sha256=digest, size=len(data), mime_type=mime_type, data=data)
-        .on_conflict_do_nothing(index_elements=["tenant_id", "sha256"])
-    )
+) -> tuple[StoredBlob, bool]:
+    """Store the bytes unless the tenant has them already; the blob, and whether it is new."""
+    inserted = (
+        await conn.execute(
+            pg_insert(blobs)
+            .values(tenant_id=tenant_id, sha256=digest, size=len(data), mime_type=mime_type, data=data)
+            .on_conflict_do_nothing(index_elements=["tenant_id", "sha256"])
+            .returning(blobs.c.sha256)
+        )
+    ).first()
     found = await find_blob(conn, tenant_id, digest)
     assert found is not None
-    return found
+    return found, inserted is not None
 
 
 async def put_bytes(
     catalog: Catalog, conn: AsyncConnection, tenant_id: int, data: bytes, mime_type: str | None
 ) -> StoredBlob:
-    """Store bytes already in memory (a base64 blob in a resource body), inside the caller's transaction."""
+    """Store bytes already in memory (a base64 blob in a resource body), inside the caller's
+    transaction. Not audited apart: the resource's own audit row covers its content (its digest
+    names the blob)."""
     limit = catalog.settings.max_blob_bytes
     if len(data) > limit:
         raise _too_large(limit)
-    return await _insert(conn, tenant_id, hashlib.sha256(data).hexdigest(), data, mime_type)
+    stored, _ = await _insert(conn, tenant_id, hashlib.sha256(data).hexdigest(), data, mime_type)
+    return stored
 
 
 async def put_stream(
-    catalog: Catalog, tenant_id: int, chunks: AsyncIterable[bytes], mime_type: str | None
+    catalog: Catalog,
+    tenant_id: int,
+    chunks: AsyncIterable[bytes],
+    mime_type: str | None,
+    *,
+    by: Principal,
 ) -> tuple[StoredBlob, bool]:
-    """Store an uploaded body; returns the blob and whether it was new. Nothing is stored on error."""
+    """Store an uploaded body, audited as ``blob.create`` by ``by``; returns the blob and whether it
+    was new. Nothing is stored on error."""
     limit = catalog.settings.max_blob_bytes
     digest = hashlib.sha256()
     size = 0
@@ -82,7 +97,22 @@ async def put_stream(
             if existing is not None:
                 return existing, False
             spool.seek(0)
-            stored = await _insert(conn, tenant_id, sha, spool.read(), mime_type)
+            stored, created = await _insert(conn, tenant_id, sha, spool.read(), mime_type)
+            if created:
+                # An upload is a write of its own: audited (its digest is its sha256).
+                await record_audit(
+                    conn,
+                    tenant_id,
+                    by,
+                    AuditEntry(
+                        action="blob.create",
+                        target_kind="blob",
+                        after=stored.sha256,
+                        detail={"sha256": stored.sha256, "size": stored.size, "mimeType": stored.mime_type},
+                    ),
+                )
+            else:
+                return stored, False  # a concurrent upload of the same bytes won
     return stored, True
 
 

@@ -1,9 +1,10 @@
 """The change feed: every create, update and delete of a resource, template or grant, in order.
 
 The rows are written by the database's own triggers in the transaction of the change (see the
-first migration), so the feed is complete whatever process or SQL session made the change. A
-reader polls with ``after=<the last seq it has seen>``; ``seq`` only grows (it is one sequence for
-all tenants, so a tenant's feed has gaps, never reorderings).
+migrations), so the feed is complete whatever process or SQL session made the change. A reader
+polls with ``after=<the last seq it has seen>``. ``seq`` numbers this tenant's changes only (a
+sequence per tenant, migration 0004): it grows by one per change, and the only gaps are the
+tenant's own rolled-back writes, so it shows nothing of other tenants' activity.
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ from typing import Any
 from sqlalchemy import Row, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from catalog.core.audit import record_audit
+from catalog.core.audit import AuditEntry, digest, record_audit
 from catalog.core.errors import Conflict, NotFound
 from catalog.core.principal import Principal
-from catalog.core.schemas import GrantIn, GrantOut
+from catalog.core.schemas import GrantCreated, GrantIn, GrantOut
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.db.engine import TenantScope, transaction
@@ -18,21 +18,20 @@ from catalog.db.models import grants
 
 
 def grant_out(row: Row[Any]) -> GrantOut:
-    return GrantOut(
-        id=row.id,
-        scope=row.scope,
-        uri=row.uri,
-        uri_prefix=row.uri_prefix,
-        tag=row.tag,
-        created_at=row.created_at,
-    )
+    return GrantOut.model_validate(row, from_attributes=True)
+
+
+def _digest(row: Row[Any]) -> str | None:
+    """The audit digest of a grant: its scope and selector."""
+    return digest({"scope": row.scope, "uri": row.uri, "uriPrefix": row.uri_prefix, "tag": row.tag})
 
 
 def _selector(row: Row[Any] | GrantIn) -> str:
     return row.uri or row.uri_prefix or f"tag:{row.tag}"
 
 
-async def create_grant(catalog: Catalog, principal: Principal, tenant: Tenant, body: GrantIn) -> GrantOut:
+async def create_grant(catalog: Catalog, principal: Principal, tenant: Tenant, body: GrantIn) -> GrantCreated:
+    """Store the grant; the answer carries ``warnings`` when it may cover more than meant."""
     try:
         async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
             row = (
@@ -52,17 +51,20 @@ async def create_grant(catalog: Catalog, principal: Principal, tenant: Tenant, b
                 conn,
                 tenant.id,
                 principal,
-                "grant.create",
-                "grant",
-                row.id,
-                _selector(row),
-                None,
-                None,
-                {"scope": row.scope},
+                AuditEntry(
+                    action="grant.create",
+                    target_kind="grant",
+                    target_id=row.id,
+                    uri=_selector(row),
+                    after=_digest(row),
+                    detail={"scope": row.scope},
+                ),
             )
     except IntegrityError:
         raise Conflict("the same grant exists already") from None
-    return grant_out(row)
+    return GrantCreated.model_validate(row, from_attributes=True).model_copy(
+        update={"warnings": body.warnings() or None}
+    )
 
 
 async def list_grants(catalog: Catalog, tenant: Tenant) -> list[GrantOut]:
@@ -88,11 +90,12 @@ async def delete_grant(catalog: Catalog, principal: Principal, tenant: Tenant, g
             conn,
             tenant.id,
             principal,
-            "grant.delete",
-            "grant",
-            row.id,
-            _selector(row),
-            None,
-            None,
-            {"scope": row.scope},
+            AuditEntry(
+                action="grant.delete",
+                target_kind="grant",
+                target_id=row.id,
+                uri=_selector(row),
+                before=_digest(row),
+                detail={"scope": row.scope},
+            ),
         )

@@ -31,14 +31,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pydantic import TypeAdapter, ValidationError
 from sqlalchemy import and_, func, literal, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core import blobs as blob_store
-from catalog.core.audit import record_audit
+from catalog.core.audit import AuditEntry, record_audit
 from catalog.core.errors import Forbidden, InvalidInput, NotFound
 from catalog.core.principal import Principal
 from catalog.core.resources import LISTING_COLUMNS, ResourceRecord, list_page, record_from_row
+from catalog.core.schemas import ConsentPurpose
 from catalog.core.service import Catalog
 from catalog.core.templates import TemplateRecord, template_from_row, template_page
 from catalog.core.uri_templates import match, parse_template, render_body
@@ -74,11 +76,39 @@ class ResourceNotFound(NotFound):
         self.uri = uri
 
 
-class InvalidResourceUri(InvalidInput):
-    def __init__(self, uri: str, reason: str) -> None:
-        super().__init__(f"Invalid resource URI: {reason}")
+class InvalidReadParams(InvalidInput):
+    """A read whose parameters are wrong whatever the catalogue holds (``-32602`` on MCP)."""
+
+    def __init__(self, uri: str, detail: str) -> None:
+        super().__init__(detail)
         self.uri = uri
+
+
+class InvalidResourceUri(InvalidReadParams):
+    def __init__(self, uri: str, reason: str) -> None:
+        super().__init__(uri, f"Invalid resource URI: {reason}")
         self.reason = reason
+
+
+class InvalidConsentPurpose(InvalidReadParams):
+    def __init__(self, uri: str, reason: str) -> None:
+        super().__init__(uri, f"Invalid consent purpose: {reason}")
+        self.reason = reason
+
+
+_CONSENT_PURPOSE = TypeAdapter(ConsentPurpose)
+
+
+def check_consent_purpose(purpose: str, *, uri: str = "") -> str:
+    """``purpose`` if it may go to the audit log (the free-text rule of
+    :mod:`catalog.core.schemas`: at most ``MAX_CONSENT_PURPOSE_LENGTH`` characters, not empty, no
+    NUL, valid Unicode); else :class:`InvalidConsentPurpose` naming why. :func:`read_resource`
+    calls it before anything is read; a surface may call it earlier to answer sooner."""
+    try:
+        return _CONSENT_PURPOSE.validate_python(purpose)
+    except ValidationError as exc:
+        message = str(exc.errors()[0].get("msg", "invalid"))
+        raise InvalidConsentPurpose(uri, message.removeprefix("Value error, ")) from None
 
 
 class NoTenant(Forbidden):
@@ -161,6 +191,8 @@ async def read_resource(
 ) -> ReadOutcome:
     """Resolve ``uri`` for ``principal`` (see the module docstring)."""
     key = canonical_uri(uri)
+    if consent_purpose is not None:
+        consent_purpose = check_consent_purpose(consent_purpose, uri=uri)
     tenant_id = tenant_of(principal)
     async with transaction(catalog.engine, TenantScope.tenant(tenant_id)) as conn:
         visibility = await load_visibility(conn, principal, tenant_id)
@@ -180,13 +212,13 @@ async def read_resource(
                     conn,
                     tenant_id,
                     principal,
-                    "resource.consent",
-                    "resource",
-                    record.id,
-                    record.uri,
-                    None,
-                    None,
-                    {"purpose": consent_purpose},
+                    AuditEntry(
+                        action="resource.consent",
+                        target_kind="resource",
+                        target_id=record.id,
+                        uri=record.uri,
+                        detail={"purpose": consent_purpose},
+                    ),
                 )
             if record.is_directory:
                 contents, truncated = await _directory_contents(conn, visibility, record)

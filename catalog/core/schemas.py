@@ -12,21 +12,26 @@ import binascii
 import math
 import re
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
+    AliasChoices,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationError,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from catalog.core.errors import FieldError, InvalidInput
+from catalog.core.meta import meta_problem
 from catalog.core.uris import InvalidUri, normalize_uri, validate_uri_prefix
 
 # RFC 6838 type/subtype with optional parameters.
@@ -71,25 +76,22 @@ def _check_icon_src(value: str) -> str:
     raise ValueError("an icon src must be an https URL or a data: URI")
 
 
-Uri = Annotated[str, StringConstraints(min_length=1, max_length=8192), AfterValidator(_check_uri)]
-UriPrefix = Annotated[str, StringConstraints(min_length=1, max_length=8192), AfterValidator(_check_prefix)]
-MimeType = Annotated[str, StringConstraints(max_length=255), AfterValidator(_check_mime)]
-ShortText = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
-LongText = Annotated[str, StringConstraints(max_length=65_536)]
-Tag = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")]
-Scope = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
-
+# -- free text -------------------------------------------------------------------------------------
+# One rule for every text a client gives (names, titles, descriptions, consent messages and
+# purposes, token and tenant names, tags, template bodies): a size limit, and no NUL character or
+# unpaired surrogate, which PostgreSQL cannot store (an insert would fail mid-transaction: a 500).
+# Checked before pydantic's own string validation, so the reason is named plainly.
 
 MAX_JSON_DEPTH = 32
+MAX_SHORT_TEXT = 1024
+MAX_LONG_TEXT = 65_536
+MAX_TEMPLATE_BODY = 1_048_576
+MAX_TAG_LENGTH = 128
+MAX_CONSENT_PURPOSE_LENGTH = 1024
 
 
-def _escape_pointer(part: object) -> str:
-    # An unpaired surrogate in a key is shown backslash-escaped: error messages must be UTF-8.
-    text = str(part).encode("utf-8", "backslashreplace").decode("utf-8")
-    return text.replace("~", "~0").replace("/", "~1")
-
-
-def _string_problem(text: str) -> str | None:
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored as PostgreSQL text, or None."""
     if "\x00" in text:
         return "contains a NUL character"
     try:
@@ -97,6 +99,55 @@ def _string_problem(text: str) -> str | None:
     except UnicodeEncodeError:
         return "contains an unpaired surrogate (not valid Unicode)"
     return None
+
+
+def _storable_text(value: Any) -> Any:
+    if isinstance(value, str):
+        reason = text_problem(value)
+        if reason is not None:
+            raise ValueError(reason)
+    return value
+
+
+# Every free-text type carries this check (with its own StringConstraints for the size).
+STORABLE = BeforeValidator(_storable_text)
+
+ShortText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_SHORT_TEXT), STORABLE]
+LongText = Annotated[str, StringConstraints(max_length=MAX_LONG_TEXT), STORABLE]
+TemplateBody = Annotated[str, StringConstraints(max_length=MAX_TEMPLATE_BODY), STORABLE]
+Tag = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_TAG_LENGTH, pattern=r"^[^\x00-\x1f\x7f]+$"), STORABLE
+]
+ConsentPurpose = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_CONSENT_PURPOSE_LENGTH), STORABLE
+]
+Scope = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
+Uri = Annotated[str, StringConstraints(min_length=1, max_length=8192), AfterValidator(_check_uri)]
+UriPrefix = Annotated[str, StringConstraints(min_length=1, max_length=8192), AfterValidator(_check_prefix)]
+MimeType = Annotated[str, StringConstraints(max_length=255), AfterValidator(_check_mime)]
+
+
+def _utc_representable(value: datetime | None) -> datetime | None:
+    """A time must name its zone and exist in UTC within years 1..9999: PostgreSQL's driver sends
+    times as UTC, and ``9999-12-31T23:59:59-01:00`` is year 10000 there (a 500 before)."""
+    if value is None:
+        return value
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("needs a time zone (e.g. 2030-01-01T00:00:00Z)")
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("is out of range (years 1 to 9999 in UTC)") from None
+    return value
+
+
+AwareDatetime = Annotated[datetime, AfterValidator(_utc_representable)]
+
+
+def _escape_pointer(part: object) -> str:
+    # An unpaired surrogate in a key is shown backslash-escaped: error messages must be UTF-8.
+    text = str(part).encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.replace("~", "~0").replace("/", "~1")
 
 
 def storable_json_problem(value: object) -> tuple[str, str] | None:
@@ -113,7 +164,7 @@ def storable_json_problem(value: object) -> tuple[str, str] | None:
         if depth > MAX_JSON_DEPTH:
             return pointer, f"nested deeper than {MAX_JSON_DEPTH} levels"
         if isinstance(item, str):
-            reason = _string_problem(item)
+            reason = text_problem(item)
             if reason is not None:
                 return pointer, reason
         elif isinstance(item, float):
@@ -122,7 +173,7 @@ def storable_json_problem(value: object) -> tuple[str, str] | None:
         elif isinstance(item, dict):
             for key, child in item.items():
                 child_pointer = f"{pointer}/{_escape_pointer(key)}"
-                reason = _string_problem(key) if isinstance(key, str) else None
+                reason = text_problem(key) if isinstance(key, str) else None
                 if reason is not None:
                     return child_pointer, f"the key {reason}"
                 stack.append((child, child_pointer, depth + 1))
@@ -154,6 +205,24 @@ class Model(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(model: type[M], detail: str, **values: Any) -> M:
+    """``model`` built from ``values``, or :class:`InvalidInput` with a JSON Pointer per error: for
+    core functions that callers reach without a validated body (the CLI, imports, other code)."""
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        errors = []
+        for error in exc.errors():
+            pointer = "".join(f"/{_escape_pointer(part)}" for part in error["loc"])
+            if isinstance((error.get("ctx") or {}).get("pointer"), str):
+                pointer += error["ctx"]["pointer"]
+            errors.append(FieldError(pointer, str(error["msg"]).removeprefix("Value error, ")))
+        raise InvalidInput(detail, errors=errors) from None
+
+
 def column_values(body: BaseModel, fields: Sequence[str]) -> dict[str, Any]:
     """The named fields of a resource or template body as their database columns hold them."""
     values: dict[str, Any] = {}
@@ -181,17 +250,21 @@ class Icon(Model):
 class Annotations(Model):
     audience: list[Literal["user", "assistant"]] | None = Field(default=None, max_length=2)
     priority: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
-    last_modified: datetime | None = None
-
-    @field_validator("last_modified")
-    @classmethod
-    def _aware(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            raise ValueError("lastModified needs a time zone (e.g. 2025-01-12T15:00:58Z)")
-        return value
+    last_modified: AwareDatetime | None = None
 
 
-Meta = dict[str, Any]
+def _check_meta(value: dict[str, Any]) -> dict[str, Any]:
+    problem = meta_problem(value)
+    if problem is not None:
+        key, reason = problem
+        # ``pointer`` (relative to the _meta field) lets the admin API point at the key at fault.
+        pointer = f"/{_escape_pointer(key)}" if key else ""
+        raise PydanticCustomError("invalid_meta", "{reason}", {"reason": reason, "pointer": pointer})
+    return value
+
+
+# Curator-supplied ``_meta``: key names, reserved prefixes and W3C values (catalog.core.meta).
+Meta = Annotated[dict[str, Any], AfterValidator(_check_meta)]
 
 
 class ResourceFields(Model):
@@ -289,7 +362,7 @@ class ResourceOut(Model):
     annotations: Annotations | None = None
     tags: list[str] = Field(default_factory=list)
     consent_message: str | None = None
-    meta: Meta | None = Field(default=None, alias="_meta")
+    meta: dict[str, Any] | None = Field(default=None, alias="_meta")
     version: int
     created_at: datetime
     updated_at: datetime
@@ -333,8 +406,15 @@ class AuditEntryOut(Model):
     detail: dict[str, Any] | None = None
 
 
+class PlatformAuditEntryOut(AuditEntryOut):
+    """An entry of the platform log: tenant creations and deletions, and deleted tenants' trails."""
+
+    tenant_id: int = Field(description="the tenant the entry is about (it may no longer exist)")
+    tenant_slug: str = Field(description="the tenant's slug when the entry was made (slugs can be reused)")
+
+
 class ChangeOut(Model):
-    seq: int
+    seq: int = Field(description="this tenant's own change number (one sequence per tenant)")
     kind: Literal["resource", "template", "grant"]
     uri: str | None = None
     op: Literal["created", "updated", "deleted"]
@@ -372,7 +452,7 @@ class TemplateIn(Model):
     annotations: Annotations | None = None
     tags: list[Tag] | None = Field(default=None, max_length=MAX_TAGS)
     meta: Meta | None = Field(default=None, alias="_meta")
-    text: Annotated[str, StringConstraints(max_length=1_048_576)] | None = Field(
+    text: TemplateBody | None = Field(
         default=None, description="a body rendered with the matched variables ({var} placeholders)"
     )
 
@@ -387,7 +467,7 @@ class TemplatePatch(Model):
     annotations: Annotations | None = None
     tags: list[Tag] | None = Field(default=None, max_length=MAX_TAGS)
     meta: Meta | None = Field(default=None, alias="_meta")
-    text: Annotated[str, StringConstraints(max_length=1_048_576)] | None = None
+    text: TemplateBody | None = None
 
     @model_validator(mode="after")
     def _required(self) -> TemplatePatch:
@@ -407,20 +487,41 @@ class TemplateOut(Model):
     icons: list[Icon] | None = None
     annotations: Annotations | None = None
     tags: list[str] = Field(default_factory=list)
-    meta: Meta | None = Field(default=None, alias="_meta")
+    meta: dict[str, Any] | None = Field(default=None, alias="_meta")
     text: str | None = None
     version: int
     created_at: datetime
     updated_at: datetime
 
 
+URI_PREFIX_DESCRIPTION = (
+    "every URI that starts with this string, compared character by character: a plain string "
+    "prefix, not a path. file:///a covers file:///a/x and also file:///ab; end the prefix with '/' "
+    "(or another delimiter such as '#', '?' or ':') to grant exactly a subtree. A prefix that does "
+    "not end at a delimiter is accepted, with a warning in the response."
+)
+# A prefix ending in one of these stops at a boundary of the URI's structure (RFC 3986 delimiters).
+PREFIX_BOUNDARIES = frozenset("/#?:&=;")
+
+
 class GrantIn(Model):
-    """Exactly one selector: ``uri`` (one resource), ``uriPrefix`` (a subtree) or ``tag``."""
+    """Exactly one selector: ``uri`` (one resource), ``uriPrefix`` (every URI starting with that
+    string) or ``tag`` (everything carrying the tag)."""
 
     scope: Scope
-    uri: Uri | None = None
-    uri_prefix: UriPrefix | None = None
-    tag: Tag | None = None
+    uri: Uri | None = Field(default=None, description="exactly this URI (canonical form)")
+    uri_prefix: UriPrefix | None = Field(default=None, description=URI_PREFIX_DESCRIPTION)
+    tag: Tag | None = Field(default=None, description="every resource and template carrying this tag")
+
+    def warnings(self) -> list[str]:
+        """What the curator may not have meant (the grant is valid either way)."""
+        prefix = self.uri_prefix
+        if prefix is None or prefix[-1] in PREFIX_BOUNDARIES:
+            return []
+        return [
+            f"uriPrefix {prefix!r} is a plain string prefix: it also covers URIs such as "
+            f"{prefix + 'x'!r}, not only those under {prefix + '/'!r}; end it with '/' to grant a subtree"
+        ]
 
     @model_validator(mode="after")
     def _one_selector(self) -> GrantIn:
@@ -439,25 +540,25 @@ class GrantOut(Model):
     created_at: datetime
 
 
+class GrantCreated(GrantOut):
+    warnings: list[str] | None = Field(
+        default=None, description="present when the grant may cover more than meant (see uriPrefix)"
+    )
+
+
 class TokenIn(Model):
     scopes: list[Scope] = Field(default_factory=list, max_length=64)
     admin: bool = False
-    expires_at: datetime | None = None
+    expires_at: AwareDatetime | None = None
     name: ShortText | None = None
-
-    @field_validator("expires_at")
-    @classmethod
-    def _aware(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            raise ValueError("expiresAt needs a time zone (e.g. 2030-01-01T00:00:00Z)")
-        return value
 
 
 class TokenOut(Model):
     id: int
     name: str | None = None
     scopes: list[str]
-    admin: bool
+    # From a record, the column's name (is_admin); on the wire, ``admin``.
+    admin: bool = Field(validation_alias=AliasChoices("admin", "is_admin"))
     expires_at: datetime | None = None
     revoked_at: datetime | None = None
     created_at: datetime

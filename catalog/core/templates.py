@@ -10,7 +10,7 @@ from sqlalchemy import Row, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from catalog.core.audit import record_audit
+from catalog.core.audit import AuditEntry, digest, record_audit
 from catalog.core.cursors import decode_cursor, encode_cursor
 from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound
 from catalog.core.principal import Principal
@@ -21,6 +21,7 @@ from catalog.core.uri_templates import InvalidTemplate, ParsedTemplate, parse_te
 from catalog.core.visibility import Visibility, load_visibility
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import templates
+from catalog.db.rows import from_row
 
 METADATA_FIELDS = (
     "name",
@@ -59,46 +60,18 @@ class TemplateRecord:
         return parse_template(self.uri_template)
 
     def to_out(self) -> TemplateOut:
-        return TemplateOut.model_validate(
-            {
-                "id": self.id,
-                "uriTemplate": self.uri_template,
-                "name": self.name,
-                "title": self.title,
-                "description": self.description,
-                "mimeType": self.mime_type,
-                "icons": self.icons,
-                "annotations": self.annotations,
-                "tags": list(self.tags),
-                "_meta": self.meta,
-                "text": self.text,
-                "version": self.version,
-                "createdAt": self.created_at,
-                "updatedAt": self.updated_at,
-            }
-        )
+        return TemplateOut.model_validate(self, from_attributes=True)
+
+    def digest(self) -> str | None:
+        """The audit digest: every field a curator sets (not id, version or times)."""
+        return digest(self.to_out().model_dump(mode="json", by_alias=True, exclude=_NOT_CURATED))
+
+
+_NOT_CURATED = {"id", "version", "created_at", "updated_at"}
 
 
 def template_from_row(row: Row[Any]) -> TemplateRecord:
-    m = row._mapping
-    return TemplateRecord(
-        id=m["id"],
-        tenant_id=m["tenant_id"],
-        uri_template=m["uri_template"],
-        literal_prefix=m["literal_prefix"],
-        name=m["name"],
-        title=m["title"],
-        description=m["description"],
-        mime_type=m["mime_type"],
-        icons=m["icons"],
-        annotations=m["annotations"],
-        tags=tuple(m["tags"] or ()),
-        meta=m["meta"],
-        text=m["text"],
-        version=m["version"],
-        created_at=m["created_at"],
-        updated_at=m["updated_at"],
-    )
+    return from_row(TemplateRecord, row)
 
 
 def _parse(raw: str) -> ParsedTemplate:
@@ -147,12 +120,13 @@ async def create_template(
                 conn,
                 tenant.id,
                 principal,
-                "template.create",
-                "template",
-                record.id,
-                record.uri_template,
-                None,
-                None,
+                AuditEntry(
+                    action="template.create",
+                    target_kind="template",
+                    target_id=record.id,
+                    uri=record.uri_template,
+                    after=record.digest(),
+                ),
             )
     except IntegrityError:
         raise _conflict(parsed.template) from None
@@ -186,12 +160,14 @@ async def patch_template(
                 conn,
                 tenant.id,
                 principal,
-                "template.update",
-                "template",
-                record.id,
-                record.uri_template,
-                None,
-                None,
+                AuditEntry(
+                    action="template.update",
+                    target_kind="template",
+                    target_id=record.id,
+                    uri=record.uri_template,
+                    before=current.digest(),
+                    after=record.digest(),
+                ),
             )
     except IntegrityError:
         raise _conflict(str(values.get("uri_template"))) from None
@@ -225,12 +201,13 @@ async def delete_template(catalog: Catalog, principal: Principal, tenant: Tenant
             conn,
             tenant.id,
             principal,
-            "template.delete",
-            "template",
-            current.id,
-            current.uri_template,
-            None,
-            None,
+            AuditEntry(
+                action="template.delete",
+                target_kind="template",
+                target_id=current.id,
+                uri=current.uri_template,
+                before=current.digest(),
+            ),
         )
 
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import asyncpg
 from sqlalchemy import func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from catalog.core.audit import record_audit
+from catalog.core.audit import AuditEntry, digest, record_audit
 from catalog.core.errors import FieldError, InvalidInput, NotFound
 from catalog.core.principal import Principal
 from catalog.core.schemas import TokenCreated, TokenIn, TokenOut
@@ -24,6 +24,7 @@ from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import tokens
+from catalog.db.rows import from_row
 
 TOKEN_PREFIX = "cat_"
 
@@ -50,16 +51,7 @@ def hash_token(token: str) -> bytes:
 
 
 def _record(row: object) -> TokenRecord:
-    return TokenRecord(
-        id=row.id,  # type: ignore[attr-defined]
-        tenant_id=row.tenant_id,  # type: ignore[attr-defined]
-        name=row.name,  # type: ignore[attr-defined]
-        scopes=tuple(row.scopes),  # type: ignore[attr-defined]
-        is_admin=row.is_admin,  # type: ignore[attr-defined]
-        expires_at=row.expires_at,  # type: ignore[attr-defined]
-        revoked_at=row.revoked_at,  # type: ignore[attr-defined]
-        created_at=row.created_at,  # type: ignore[attr-defined]
-    )
+    return from_row(TokenRecord, row)
 
 
 async def insert_token(
@@ -154,15 +146,12 @@ async def revoke_token(conn: AsyncConnection, tenant_id: int, token_id: int) -> 
 
 
 def token_out(record: TokenRecord) -> TokenOut:
-    return TokenOut(
-        id=record.id,
-        name=record.name,
-        scopes=list(record.scopes),
-        admin=record.is_admin,
-        expires_at=record.expires_at,
-        revoked_at=record.revoked_at,
-        created_at=record.created_at,
-    )
+    return TokenOut.model_validate(record, from_attributes=True)
+
+
+def _digest(record: TokenRecord) -> str | None:
+    """The audit digest of a token's standing (never of its secret or its hash)."""
+    return digest(token_out(record).model_dump(mode="json", by_alias=True, exclude={"id", "created_at"}))
 
 
 async def create_token(catalog: Catalog, principal: Principal, tenant: Tenant, body: TokenIn) -> TokenCreated:
@@ -184,13 +173,13 @@ async def create_token(catalog: Catalog, principal: Principal, tenant: Tenant, b
             conn,
             tenant.id,
             principal,
-            "token.create",
-            "token",
-            record.id,
-            None,
-            None,
-            None,
-            {"scopes": list(record.scopes), "admin": record.is_admin},
+            AuditEntry(
+                action="token.create",
+                target_kind="token",
+                target_id=record.id,
+                after=_digest(record),
+                detail={"scopes": list(record.scopes), "admin": record.is_admin},
+            ),
         )
     return TokenCreated(**token_out(record).model_dump(), token=token)
 
@@ -206,4 +195,16 @@ async def delete_token(catalog: Catalog, principal: Principal, tenant: Tenant, t
         record = await revoke_token(conn, tenant.id, token_id)
         if record is None:
             raise NotFound(f"no live token {token_id}")
-        await record_audit(conn, tenant.id, principal, "token.revoke", "token", record.id, None, None, None)
+        before = replace(record, revoked_at=None)  # the only column a revocation changes
+        await record_audit(
+            conn,
+            tenant.id,
+            principal,
+            AuditEntry(
+                action="token.revoke",
+                target_kind="token",
+                target_id=record.id,
+                before=_digest(before),
+                after=_digest(record),
+            ),
+        )

@@ -1,8 +1,9 @@
 """The one visibility rule: what a principal may see of a tenant's catalogue.
 
 A resource or template is visible to a principal who administers its tenant, or who holds a scope
-that some grant of that tenant gives over it: ``{uri}`` (one resource), ``{uriPrefix}`` (a subtree)
-or ``{tag}`` (everything carrying the tag). Templates are matched on their literal prefix.
+that some grant of that tenant gives over it: ``{uri}`` (one resource), ``{uriPrefix}`` (every URI
+starting with that string: a plain string prefix, so ``file:///a`` covers ``file:///ab`` too) or
+``{tag}`` (everything carrying the tag). Templates are matched on their literal prefix.
 
 ``load_visibility`` reads the principal's grants once; the resulting ``Visibility`` turns them into
 SQL predicates — prefix grants as index ranges on the "C"-collated URI, never post-filters — used by
@@ -35,6 +36,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.principal import Principal
+from catalog.core.uri_templates import InvalidTemplate, literal_prefix
 from catalog.core.uris import uri_prefix_upper_bound
 from catalog.db.models import grants
 
@@ -153,10 +155,26 @@ class Visibility:
         )
 
     def allows(self, uri: str, tags: frozenset[str] | set[str] | tuple[str, ...] = ()) -> bool:
-        """The same rule for one resource, for deciding an event without a query."""
+        """The same rule for one resource with these tags, for deciding an event without a query."""
         if self.everything:
             return True
         if uri in self.uris or any(uri.startswith(prefix) for prefix in self.prefixes):
+            return True
+        return bool(self.tags.intersection(tags))
+
+    def allows_template(
+        self, uri_template: str, tags: frozenset[str] | set[str] | tuple[str, ...] = ()
+    ) -> bool:
+        """The rule of :meth:`templates_clause` for one template with these tags."""
+        if self.everything:
+            return True
+        if uri_template in self.uris:
+            return True
+        try:
+            prefix = literal_prefix(uri_template)
+        except InvalidTemplate:
+            prefix = None
+        if prefix is not None and any(prefix.startswith(p) for p in self.prefixes):
             return True
         return bool(self.tags.intersection(tags))
 

@@ -3,18 +3,21 @@
 Surface-free: the MCP adapter feeds it events from the hub and turns its :class:`Delivery` into
 notifications. Decisions:
 
-* Only what the watcher's principal may see fires, by the one visibility rule
-  (:meth:`Visibility.allows` for URI and prefix grants; for tag grants, the stored row's tags, read
-  through :meth:`Visibility.resources_clause`). A deleted resource visible only through a tag
-  cannot be decided any more and does not fire ``updated``.
-* ``list_changed`` (if asked for) on a visible resource being created or deleted, a visible
-  template changing, any grant or tenant change (the visibility itself is then reloaded), and a
-  ``gap`` (events may have been lost).
-* ``updated`` for a subscribed URI that changed (created, updated or deleted: "read it again"), and
-  for any descendant (:func:`catalog.core.uris.is_descendant`) of a subscribed URI that is a stored
-  ``inode/directory``. Subscribed URIs that do not exist or are hidden are accepted and simply never
-  fire (so a subscription does not reveal existence); they fire once they exist and are visible.
-  After a ``gap``, every visible subscribed URI gets ``updated`` (level-triggered: re-read).
+* Only what the watcher's principal may see fires, by the one visibility rule. For each resource
+  or template event the watcher decides whether the URI was visible **before** the change and is
+  visible **after** it (:meth:`Visibility.allows` with the row's tags before and after, which the
+  event carries: no query, whatever rule makes it visible, also for a row already deleted). Events
+  without tags (a payload from before migration 0004) fall back to the stored row.
+* ``list_changed`` (if asked for) whenever the visible set changes: a visible resource created or
+  deleted, one becoming visible or hidden (a tag added or removed, RES-16), a template visible
+  before or after changing, any grant or tenant change (the visibility itself is then reloaded), and
+  a ``gap`` (events may have been lost).
+* ``updated`` for a subscribed URI that changed while visible before or after ("read it again":
+  created, updated, deleted, shown or hidden), and for any descendant
+  (:func:`catalog.core.uris.is_descendant`) of a subscribed URI that is a stored ``inode/directory``
+  **this watcher may see** (SUB-6). Subscribed URIs that do not exist or are hidden are accepted and
+  never fire, directory or not (so a subscription reveals nothing); they fire once they exist and
+  are visible. After a ``gap``, every visible subscribed URI gets ``updated`` (level-triggered).
 * Matching is on canonical URIs (:func:`catalog.core.uris.normalize_uri`); a subscribed URI that is
   not a valid URI is left out of what is honoured.
 """
@@ -36,7 +39,6 @@ from catalog.core.principal import Principal
 from catalog.core.reading import tenant_of
 from catalog.core.schemas import DIRECTORY_MIME_TYPE
 from catalog.core.service import Catalog
-from catalog.core.uri_templates import InvalidTemplate, literal_prefix
 from catalog.core.uris import InvalidUri, is_descendant, normalize_uri
 from catalog.core.visibility import Visibility, load_visibility
 from catalog.db.engine import TenantScope, transaction
@@ -56,6 +58,10 @@ class Event(Protocol):
     def op(self) -> str: ...  # 'created' | 'updated' | 'deleted'
     @property
     def seq(self) -> int | None: ...
+    @property
+    def tags_before(self) -> tuple[str, ...] | None: ...  # None: no row before (or not known)
+    @property
+    def tags_after(self) -> tuple[str, ...] | None: ...  # None: no row after (or not known)
 
 
 @dataclass(frozen=True)
@@ -125,28 +131,61 @@ class Watch:
             if uri is None:
                 continue
             if event.kind == "template":
-                if self.list_changed and await self._template_visible(uri):
+                if self.list_changed and any(await self._template_visibility(event)):
                     list_changed = True
                 continue
             if event.kind != "resource":
                 continue
-            if uri in self.uris:
-                await self._refresh_directory(uri, deleted=event.op == "deleted", seq=event.seq)
-            watched = uri in self.uris or any(is_descendant(d, uri) for d in self.directories)
-            creates_or_deletes = event.op in ("created", "deleted")
-            if not (watched or (self.list_changed and creates_or_deletes)):
-                continue
-            if not await self._resource_visible(uri):
-                continue
-            if watched:
+            subscribed = uri in self.uris
+            under_directory = any(is_descendant(d, uri) for d in self.directories)
+            if not (subscribed or under_directory):
+                if not self.list_changed:
+                    continue
+                if event.op == "updated" and event.tags_before == event.tags_after:
+                    continue  # same URI, same tags: the visible set cannot have changed (the cheap case)
+            before, after = await self._resource_visibility(event)
+            if subscribed:
+                await self._refresh_directory(uri, visible=after, seq=event.seq)
+            if not (before or after):
+                continue  # hidden throughout: nothing about it reaches this watcher
+            if subscribed or under_directory:
                 updated[uri] = None
-            if creates_or_deletes:
-                list_changed = True
+            if before != after or event.op != "updated":
+                list_changed = True  # the visible set changed (created, deleted, shown, hidden)
         return Delivery(list_changed=list_changed and self.list_changed, updated=tuple(updated))
 
     # -- visibility of one URI ------------------------------------------------------------------
 
+    async def _resource_visibility(self, event: Event) -> tuple[bool, bool]:
+        """Whether the event's resource was visible to this watcher before the change, and after."""
+        uri = event.uri
+        assert uri is not None
+        before_tags, after_tags = event.tags_before, event.tags_after
+        if before_tags is None and after_tags is None:
+            # Tags not known (an event from before migration 0004): the stored row decides.
+            visible = await self._resource_visible(uri)
+            return visible and event.op != "created", visible and event.op != "deleted"
+        vis = self.visibility
+        return (
+            before_tags is not None and vis.allows(uri, before_tags),
+            after_tags is not None and vis.allows(uri, after_tags),
+        )
+
+    async def _template_visibility(self, event: Event) -> tuple[bool, bool]:
+        uri_template = event.uri
+        assert uri_template is not None
+        before_tags, after_tags = event.tags_before, event.tags_after
+        if before_tags is None and after_tags is None:
+            visible = await self._template_visible(uri_template)
+            return visible, visible
+        vis = self.visibility
+        return (
+            before_tags is not None and vis.allows_template(uri_template, before_tags),
+            after_tags is not None and vis.allows_template(uri_template, after_tags),
+        )
+
     async def _resource_visible(self, uri: str) -> bool:
+        """Whether the stored resource at ``uri`` is visible now (a query if tags could decide)."""
         vis = self.visibility
         if vis.allows(uri):
             return True
@@ -160,15 +199,9 @@ class Watch:
 
     async def _template_visible(self, uri_template: str) -> bool:
         vis = self.visibility
-        if vis.everything:
+        if vis.allows_template(uri_template):
             return True
-        if vis.nothing:
-            return False
-        with contextlib.suppress(InvalidTemplate):
-            prefix = literal_prefix(uri_template)
-            if uri_template in vis.uris or any(prefix.startswith(p) for p in vis.prefixes):
-                return True
-        if not vis.tags:
+        if vis.nothing or not vis.tags:
             return False
         async with self._conn() as conn:
             row = await conn.execute(
@@ -178,12 +211,14 @@ class Watch:
             )
             return row.first() is not None
 
-    async def _refresh_directory(self, uri: str, *, deleted: bool, seq: int | None) -> None:
-        if deleted:
+    async def _refresh_directory(self, uri: str, *, visible: bool, seq: int | None) -> None:
+        if not visible:
+            # Deleted, or hidden from this watcher: its descendants must not fire through it, or a
+            # subscription to a hidden directory would reveal it (and what lies under it).
             self.directories.discard(uri)
             return
         # Every watcher of this URI in the process asks about the same change: one query answers
-        # them all. Visibility is not part of the answer; it is decided for each watcher after.
+        # them all. Visibility is not part of the answer; it was decided for this watcher above.
         if await _directory_probe(self.catalog.engine).is_directory(self.tenant_id, uri, seq):
             self.directories.add(uri)
         else:

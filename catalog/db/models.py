@@ -218,19 +218,46 @@ audit_log = Table(
 )
 
 # Written by triggers (see migrations), so a change made from any SQL session is in the feed too.
+# ``seq`` numbers each tenant's changes from a sequence of its own (catalog_next_change_seq,
+# migration 0004): a tenant's feed shows no trace of other tenants' activity. ``tags_before`` and
+# ``tags_after`` are the changed row's tags (null where it did not exist, or for older rows).
 change_feed = Table(
     "change_feed",
     metadata,
     Column("tenant_id", BigInteger, nullable=False),
-    Column("seq", BigInteger, Identity(always=False), nullable=False),
+    Column("seq", BigInteger, nullable=False),
     Column("kind", Text, nullable=False),
     Column("uri", UriText, nullable=True),
     Column("op", Text, nullable=False),
     _timestamp("at"),
+    Column("tags_before", ARRAY(Text), nullable=True),
+    Column("tags_after", ARRAY(Text), nullable=True),
     PrimaryKeyConstraint("tenant_id", "seq"),
     ForeignKeyConstraint(["tenant_id"], ["tenants.id"], ondelete="CASCADE"),
     CheckConstraint("kind IN ('resource', 'template', 'grant')", name="kind"),
     CheckConstraint("op IN ('created', 'updated', 'deleted')", name="op"),
+)
+
+# The platform admin's record: tenant creations and deletions, and the audit trail of every deleted
+# tenant (copied by a trigger just before the tenant goes). Readable in the platform scope only;
+# not tied to ``tenants``, so it outlives them. ``id`` orders it across tenants.
+platform_audit_log = Table(
+    "platform_audit_log",
+    metadata,
+    Column("tenant_id", BigInteger, nullable=False),
+    Column("id", BigInteger, Identity(always=False), nullable=False),
+    Column("tenant_slug", Text, nullable=False),
+    _timestamp("at"),
+    Column("principal", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("target_kind", Text, nullable=False),
+    Column("target_id", BigInteger, nullable=True),
+    Column("uri", UriText, nullable=True),
+    Column("before_digest", Text, nullable=True),
+    Column("after_digest", Text, nullable=True),
+    Column("detail", JSONB, nullable=True),
+    PrimaryKeyConstraint("tenant_id", "id"),
+    Index("ix_platform_audit_log_id", "id"),  # the platform-wide order; not unique: no key without tenant_id
 )
 
 TENANT_TABLES = (
@@ -286,4 +313,4 @@ mcp_session_requests = Table(
 # these, which become reference tables (a copy on every node): rows looked up before any tenant is
 # known (a tenant by slug, a token by its hash). ``alembic_version`` stays local to the coordinator.
 CITUS_REFERENCE_TABLES = ("tenants", "tokens")
-CITUS_LOCAL_TABLES = ("alembic_version",)
+CITUS_LOCAL_TABLES = ("alembic_version", "platform_audit_log")

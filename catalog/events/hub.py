@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 
 ALL_TENANTS = 0  # tenant_id of an event for every tenant (tenant ids start at 1)
@@ -40,13 +40,28 @@ _OP_CLASS = {"created": "membership", "deleted": "membership", "updated": "conte
 @dataclass(frozen=True, slots=True)
 class ChangeEvent:
     """One change: ``kind`` is resource, template, grant, tenant or gap; ``op`` created, updated or
-    deleted (for a gap: why — reconnected, overflow, unresolved)."""
+    deleted (for a gap: why — reconnected, overflow, unresolved).
+
+    ``tags_before``/``tags_after``: a resource's or template's tags before and after the change,
+    None where the row did not exist; both None when not known. Watchers decide visibility through
+    tag grants from them (``catalog.core.watching``). Not part of an event's identity."""
 
     tenant_id: int
     kind: str
     uri: str | None
     op: str
     seq: int | None = None
+    tags_before: tuple[str, ...] | None = field(default=None, compare=False)
+    tags_after: tuple[str, ...] | None = field(default=None, compare=False)
+
+    def after(self, later: ChangeEvent) -> ChangeEvent:
+        """``later`` standing for both: it wins, but keeps the state from before this one (so a
+        watcher still sees what changed across the two, e.g. a tag added, then the content)."""
+        if self.tags_before is None and self.tags_after is None:  # not known before: not known
+            if later.tags_before is None and later.tags_after is None:
+                return later
+            return replace(later, tags_before=None, tags_after=None)
+        return replace(later, tags_before=self.tags_before)
 
     @property
     def is_gap(self) -> bool:
@@ -191,11 +206,11 @@ class Subscription:
         if type(pending) is not dict:
             first = (pending.kind, pending.uri, _OP_CLASS.get(pending.op, pending.op))
             if first == key:
-                self._pending = event  # the later event wins
+                self._pending = pending.after(event)  # the later event wins
                 return
             pending = self._pending = {first: pending}
-        pending.pop(key, None)  # the later event wins, and takes the later place
-        pending[key] = event
+        earlier = pending.pop(key, None)  # the later event wins, and takes the later place
+        pending[key] = event if earlier is None else earlier.after(event)
         if len(pending) > hub.max_batch:
             self._set_gap("overflow", None)
 

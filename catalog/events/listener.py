@@ -40,10 +40,12 @@ def listener_dsn(url: str | URL) -> str:
 
 
 def parse_payload(payload: str) -> ChangeEvent:
-    """A trigger's payload ``{"t", "k", "u", "o", "s"}`` as an event; ValueError if malformed."""
+    """A trigger's payload ``{"t", "k", "u", "o", "s", "b"?, "a"?}`` as an event (``b``/``a``: the
+    row's tags before and after); ValueError if malformed."""
     try:
         data = json.loads(payload)
         tenant, kind, uri, op, seq = data["t"], data["k"], data.get("u"), data["o"], data.get("s")
+        before, after = _tags(data.get("b")), _tags(data.get("a"))
     except (ValueError, TypeError, KeyError) as exc:
         raise ValueError(f"malformed change payload: {payload[:200]!r}") from exc
     if (
@@ -55,7 +57,15 @@ def parse_payload(payload: str) -> ChangeEvent:
         or not (seq is None or type(seq) is int)
     ):
         raise ValueError(f"malformed change payload: {payload[:200]!r}")
-    return ChangeEvent(tenant, kind, uri, op, seq)
+    return ChangeEvent(tenant, kind, uri, op, seq, before, after)
+
+
+def _tags(value: object) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(tag, str) for tag in value):
+        raise ValueError("tags must be a list of strings")
+    return tuple(value)
 
 
 class ChangeListener:
@@ -302,7 +312,7 @@ class ChangeListener:
         if event.seq is not None and (self.last_seq is None or event.seq > self.last_seq):
             self.last_seq = event.seq
         if event.uri is None and event.seq is not None:
-            # The URI was too long for the payload, or there is none (a tag grant): the feed says.
+            # The URI (or the tags) too long for the payload, or no URI (a tag grant): the feed says.
             task = asyncio.get_running_loop().create_task(self._resolve(event))
             self._resolving.add(task)
             task.add_done_callback(self._resolving.discard)
@@ -316,7 +326,7 @@ class ChangeListener:
             if conn is not None:
                 async with self._lock:
                     row = await conn.fetchrow(
-                        "SELECT uri FROM change_feed WHERE tenant_id = $1 AND seq = $2",
+                        "SELECT uri, tags_before, tags_after FROM change_feed WHERE tenant_id = $1 AND seq = $2",
                         event.tenant_id,
                         event.seq,
                         timeout=self.keepalive_timeout,
@@ -331,7 +341,17 @@ class ChangeListener:
         else:
             # A NULL uri in the feed is a change that names no URI (a tag grant): the event as it
             # came, not a gap (a gap would tell every stream that every subscribed URI changed).
-            self.hub.publish(ChangeEvent(event.tenant_id, event.kind, row["uri"], event.op, event.seq))
+            self.hub.publish(
+                ChangeEvent(
+                    event.tenant_id,
+                    event.kind,
+                    row["uri"],
+                    event.op,
+                    event.seq,
+                    _tags(row["tags_before"]),
+                    _tags(row["tags_after"]),
+                )
+            )
 
 
 def _describe(exc: BaseException) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Protocol
+from typing import Protocol
 
 import mcp_types as types
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -28,7 +28,8 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from catalog.auth import anonymous_principal, authenticate
+from catalog.auth import anonymous_principal, authenticate_request
+from catalog.auth.challenges import bearer_challenge
 from catalog.auth.quotas import StreamQuotas
 from catalog.auth.refusals import RATE_LIMITED, refusal
 from catalog.core.errors import Unauthenticated
@@ -42,7 +43,6 @@ from catalog.settings import Settings
 
 logger = logging.getLogger("catalog.mcp")
 
-PRM_PATH = "/.well-known/oauth-protected-resource"
 PRINCIPAL_CACHE_SECONDS = 10.0
 STREAM_RETRY_AFTER_S = 5
 
@@ -91,43 +91,13 @@ def unavailable_response() -> JSONResponse:
     return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
 
 
-def base_url(scope: Scope) -> str:
-    """The server's own origin as the client addressed it (after the Host check)."""
-    headers = Headers(scope=scope)
-    host = headers.get("host")
-    scheme = scope.get("scheme", "http")
-    if not host:
-        server = scope.get("server") or ("127.0.0.1", 80)
-        host = f"{server[0]}:{server[1]}"
-    return f"{scheme}://{host}"
-
-
-def protected_resource_metadata(settings: Settings, scope: Scope) -> dict[str, Any]:
-    """RFC 9728 metadata for ``/mcp``. ``authorization_servers`` names the configured OAuth issuer;
-    without one, tokens are provisioned by the catalogue itself (CLI/admin API) and the list is
-    empty: there is no authorization server a client could discover (AUTH-2 needs one only once
-    OAuth is configured)."""
-    resource = settings.oauth_audience or f"{base_url(scope)}{MCP_PATH}"
-    return {
-        "resource": resource.rstrip("/"),
-        "authorization_servers": [settings.oauth_issuer] if settings.oauth_issuer else [],
-        "bearer_methods_supported": ["header"],
-        "resource_name": "catalog",
-    }
-
-
 class McpEdge:
     def __init__(self, host: EdgeHost) -> None:
         self.host = host
         self._anonymous: tuple[float, Principal | None] | None = None
 
-    def _resource_metadata_url(self, scope: Scope) -> str:
-        return f"{base_url(scope)}{PRM_PATH}{MCP_PATH}"
-
     def _challenge(self, scope: Scope, status: int, error: str | None, detail: str) -> JSONResponse:
-        value = f'Bearer resource_metadata="{self._resource_metadata_url(scope)}"'
-        if error:
-            value += f', error="{error}"'
+        value = bearer_challenge(self.host.settings, scope, error=error)
         body = {"error": error or "unauthorized", "error_description": detail}
         return JSONResponse(body, status_code=status, headers={"WWW-Authenticate": value})
 
@@ -154,17 +124,13 @@ class McpEdge:
         await self._authenticated(catalog, scope, receive, send)
 
     async def _authenticated(self, catalog: Catalog, scope: Scope, receive: Receive, send: Send) -> None:
-        if b"access_token=" in (scope.get("query_string") or b""):
-            detail = "send the token in the Authorization header, never in the query"
-            await self._challenge(scope, 401, "invalid_request", detail)(scope, receive, send)
-            return
         authorization = Headers(scope=scope).get("authorization")
         try:
-            principal = await authenticate(catalog, authorization)
+            principal = await authenticate_request(catalog, authorization, scope.get("query_string") or b"")
             if principal is None:
                 principal = await self._anonymous_principal(catalog)
         except Unauthenticated as exc:
-            await self._challenge(scope, 401, "invalid_token", exc.detail)(scope, receive, send)
+            await self._challenge(scope, 401, exc.error, exc.detail)(scope, receive, send)
             return
         except Exception as exc:
             if not database_unavailable(exc):

@@ -24,9 +24,10 @@ from fastapi.responses import JSONResponse
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.routing import Route
 
+from catalog.auth.challenges import ADMIN_RESOURCE, MCP_RESOURCE, PRM_PATH, protected_resource_metadata
 from catalog.auth.quotas import StreamLimits, StreamQuotas
 from catalog.core.service import Catalog
-from catalog.mcp.asgi import PRM_PATH, McpEdge, protected_resource_metadata
+from catalog.mcp.asgi import McpEdge
 from catalog.mcp.context import MCP_PATH
 from catalog.mcp.listen import ListenStreams
 from catalog.mcp.server import build_server
@@ -105,10 +106,19 @@ def install(app: FastAPI) -> McpEndpoint:
     app.router.routes.append(Route(MCP_PATH, endpoint=endpoint.asgi_app))
     app.state.lifespan_hooks.append(endpoint.run)
 
+    if app.state.settings.oauth_enabled:  # without an authorization server there is nothing to say
+        for path, resource in (
+            (PRM_PATH, MCP_RESOURCE),
+            (PRM_PATH + MCP_RESOURCE, MCP_RESOURCE),
+            (PRM_PATH + ADMIN_RESOURCE, ADMIN_RESOURCE),
+        ):
+            app.add_api_route(path, _metadata_route(resource), methods=["GET"], include_in_schema=False)
+    return endpoint
+
+
+def _metadata_route(resource: str) -> Any:
     async def metadata(request: Request) -> JSONResponse:
-        body = protected_resource_metadata(app.state.settings, request.scope)
+        body = protected_resource_metadata(request.app.state.settings, request.scope, resource)
         return JSONResponse(body, headers={"Cache-Control": "public, max-age=300"})
 
-    for path in (PRM_PATH, PRM_PATH + MCP_PATH):
-        app.add_api_route(path, metadata, methods=["GET"], include_in_schema=False)
-    return endpoint
+    return metadata

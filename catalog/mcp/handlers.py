@@ -17,7 +17,7 @@ from mcp_types import INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
 from catalog.core import reading
 from catalog.core.completion import InvalidArgument, UnknownTemplate, complete_argument
 from catalog.core.cursors import InvalidCursor
-from catalog.core.reading import Content, InvalidResourceUri, ReadOutcome, ResourceNotFound
+from catalog.core.reading import Content, InvalidReadParams, ReadOutcome, ResourceNotFound
 from catalog.core.resources import ResourceRecord
 from catalog.core.service import Catalog
 from catalog.core.templates import TemplateRecord
@@ -183,7 +183,7 @@ def read_resource(endpoint: CatalogSource):
             )
         except ResourceNotFound:
             raise not_found(ctx, uri) from None
-        except InvalidResourceUri as exc:
+        except InvalidReadParams as exc:  # a refused URI or consent purpose
             raise MCPError(INVALID_PARAMS, exc.detail, data={"uri": uri}) from None
 
     def finished(ctx: Ctx, outcome: ReadOutcome, *, ttl_ms: int) -> types.ReadResourceResult:

@@ -1,0 +1,112 @@
+"""A stored resource as the rest of the catalogue sees it (one row, mapped once)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from catalog.core.audit import digest
+from catalog.core.schemas import DIRECTORY_MIME_TYPE, ResourceOut
+from catalog.db.rows import from_row
+
+# The columns a curator's body sets (everything but content, which is resolved apart).
+METADATA_FIELDS = (
+    "uri",
+    "name",
+    "title",
+    "description",
+    "mime_type",
+    "icons",
+    "annotations",
+    "tags",
+    "consent_message",
+    "meta",
+)
+
+
+@dataclass(frozen=True)
+class ResourceRecord:
+    id: int
+    tenant_id: int
+    uri: str
+    name: str
+    title: str | None
+    description: str | None
+    mime_type: str | None
+    size: int | None
+    icons: list[dict[str, Any]] | None
+    annotations: dict[str, Any] | None
+    tags: tuple[str, ...]
+    consent_message: str | None
+    meta: dict[str, Any] | None
+    blob_sha256: str | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    content_changed_at: datetime
+    text: str | None = field(default=None, repr=False)  # only when the query read it
+
+    @property
+    def etag(self) -> str:
+        return f'"{self.id}.{self.version}"'
+
+    @property
+    def is_directory(self) -> bool:
+        return self.mime_type == DIRECTORY_MIME_TYPE
+
+    def effective_annotations(self) -> dict[str, Any]:
+        """Annotations as served: ``lastModified`` defaults to the last content change."""
+        annotations = dict(self.annotations or {})
+        annotations.setdefault("lastModified", _iso(self.content_changed_at))
+        return annotations
+
+    def snapshot(self) -> dict[str, Any]:
+        """Metadata in admin-API form (camelCase), as kept in the version history."""
+        data = {
+            "uri": self.uri,
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "mimeType": self.mime_type,
+            "size": self.size,
+            "icons": self.icons,
+            "annotations": self.annotations,
+            "tags": list(self.tags),
+            "consentMessage": self.consent_message,
+            "_meta": self.meta,
+        }
+        return {k: v for k, v in data.items() if v is not None}
+
+    def digest(self) -> str | None:
+        """The audit digest: metadata and content (text by its sha256, a blob by its own)."""
+        text = hashlib.sha256(self.text.encode()).hexdigest() if self.text is not None else None
+        return digest({"meta": self.snapshot(), "text": text, "blob": self.blob_sha256})
+
+    def to_out(self, *, include_content: bool = False, blob: bytes | None = None) -> ResourceOut:
+        out = ResourceOut.model_validate(
+            {
+                **self.snapshot(),
+                "annotations": self.effective_annotations(),
+                "id": self.id,
+                "version": self.version,
+                "createdAt": self.created_at,
+                "updatedAt": self.updated_at,
+                "blobSha256": self.blob_sha256,
+            }
+        )
+        if include_content:
+            out.text = self.text
+            if blob is not None:
+                out.blob = base64.b64encode(blob).decode()
+        return out
+
+
+def _iso(value: datetime) -> str:
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def record_from_row(row: Any) -> ResourceRecord:
+    return from_row(ResourceRecord, row)

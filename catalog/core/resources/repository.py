@@ -1,0 +1,241 @@
+"""The resource domain's queries: every statement on ``resources`` and ``resource_versions``.
+
+No rules live here (what may be written, when a write is a conflict, what a caller may see): the
+service (:mod:`catalog.core.resources.service`) decides and calls these; visibility comes in as a
+:class:`~catalog.core.visibility.Visibility` that turns itself into SQL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Row, and_, func, insert, literal, select, update
+from sqlalchemy import delete as sql_delete
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from catalog.core.resources.record import ResourceRecord, record_from_row
+from catalog.core.uris import uri_prefix_upper_bound
+from catalog.core.visibility import Visibility
+from catalog.db.bulk import insert_rows
+from catalog.db.models import resource_versions, resources
+
+ROWS_PER_STATEMENT = 1000  # keeps a statement under PostgreSQL's 32767 parameters
+
+# Must stay identical to the expression of index ix_resources_search_trgm (migration 0001).
+RESOURCE_SEARCH_TEXT = func.lower(
+    resources.c.uri
+    + literal(" ")
+    + resources.c.name
+    + literal(" ")
+    + func.coalesce(resources.c.title, "")
+    + literal(" ")
+    + func.coalesce(resources.c.description, "")
+)
+
+# Columns a listing reads: never the content.
+LISTING_COLUMNS = tuple(c for c in resources.c if c.name != "text")
+
+
+@dataclass(frozen=True)
+class ListingFilter:
+    uri_prefix: str | None = None
+    tag: str | None = None
+    query: str | None = None
+
+    @property
+    def key(self) -> str:
+        return json.dumps([self.uri_prefix, self.tag, self.query])
+
+
+NO_FILTER = ListingFilter()
+
+
+# -- single rows ----------------------------------------------------------------------------------
+
+
+async def lock(
+    conn: AsyncConnection, tenant_id: int, *, resource_id: int | None = None, uri: str | None = None
+) -> ResourceRecord | None:
+    """The row with this id (or URI), locked for the rest of the transaction."""
+    query = select(resources).where(resources.c.tenant_id == tenant_id).with_for_update()
+    query = (
+        query.where(resources.c.id == resource_id)
+        if resource_id is not None
+        else query.where(resources.c.uri == uri)
+    )
+    row = (await conn.execute(query)).one_or_none()
+    return record_from_row(row) if row else None
+
+
+async def lock_uris(conn: AsyncConnection, tenant_id: int, uris: Sequence[str]) -> dict[str, ResourceRecord]:
+    """The existing rows among ``uris``, locked, in URI order (so concurrent batches cannot deadlock)."""
+    found: dict[str, ResourceRecord] = {}
+    ordered = sorted(set(uris))
+    for start in range(0, len(ordered), ROWS_PER_STATEMENT):
+        rows = await conn.execute(
+            select(resources)
+            .where(
+                resources.c.tenant_id == tenant_id,
+                resources.c.uri.in_(ordered[start : start + ROWS_PER_STATEMENT]),
+            )
+            .order_by(resources.c.uri)
+            .with_for_update()
+        )
+        found.update((row.uri, record_from_row(row)) for row in rows)
+    return found
+
+
+async def fetch(
+    conn: AsyncConnection, tenant_id: int, resource_id: int, *, include_content: bool = False
+) -> ResourceRecord | None:
+    columns = list(resources.c) if include_content else list(LISTING_COLUMNS)
+    row = (
+        await conn.execute(
+            select(*columns).where(resources.c.tenant_id == tenant_id, resources.c.id == resource_id)
+        )
+    ).one_or_none()
+    return record_from_row(row) if row else None
+
+
+async def exists(conn: AsyncConnection, tenant_id: int, resource_id: int) -> bool:
+    found = await conn.execute(
+        select(resources.c.id).where(resources.c.tenant_id == tenant_id, resources.c.id == resource_id)
+    )
+    return found.first() is not None
+
+
+async def uri_taken(conn: AsyncConnection, tenant_id: int, uri: str) -> bool:
+    taken = await conn.execute(
+        select(resources.c.id).where(resources.c.tenant_id == tenant_id, resources.c.uri == uri)
+    )
+    return taken.first() is not None
+
+
+async def insert_one(conn: AsyncConnection, values: Mapping[str, Any]) -> ResourceRecord | None:
+    """The inserted row; None when the URI was taken (by a committed or concurrent writer)."""
+    statement = (
+        pg_insert(resources)
+        .values(dict(values))
+        .on_conflict_do_nothing(index_elements=["tenant_id", "uri"])
+        .returning(*resources.c)
+    )
+    row = (await conn.execute(statement)).one_or_none()
+    return record_from_row(row) if row else None
+
+
+async def insert_many(conn: AsyncConnection, values: Sequence[Mapping[str, Any]]) -> list[ResourceRecord]:
+    """The inserted rows, in one statement; URIs taken meanwhile are left out."""
+    rows = await insert_rows(conn, resources, values, skip_conflicts_on=("tenant_id", "uri"), returning=True)
+    return [record_from_row(row) for row in rows]
+
+
+async def update_row(
+    conn: AsyncConnection,
+    tenant_id: int,
+    resource_id: int,
+    values: Mapping[str, Any],
+    *,
+    content_changed: bool,
+) -> ResourceRecord:
+    """Set ``values``, bump the version and ``updated_at`` (and ``content_changed_at`` if said so)."""
+    statement = (
+        update(resources)
+        .where(resources.c.tenant_id == tenant_id, resources.c.id == resource_id)
+        .values(
+            **values,
+            version=resources.c.version + 1,
+            updated_at=func.now(),
+            **({"content_changed_at": func.now()} if content_changed else {}),
+        )
+        .returning(*resources.c)
+    )
+    return record_from_row((await conn.execute(statement)).one())
+
+
+async def delete_row(conn: AsyncConnection, tenant_id: int, resource_id: int) -> None:
+    await conn.execute(
+        sql_delete(resources).where(resources.c.tenant_id == tenant_id, resources.c.id == resource_id)
+    )
+
+
+# -- history --------------------------------------------------------------------------------------
+
+
+def _version_row(record: ResourceRecord, changed_by: str) -> dict[str, Any]:
+    return {
+        "tenant_id": record.tenant_id,
+        "resource_id": record.id,
+        "version": record.version,
+        "uri": record.uri,
+        "snapshot": record.snapshot(),
+        "text": record.text,
+        "blob_sha256": record.blob_sha256,
+        "changed_by": changed_by,
+    }
+
+
+async def append_version(conn: AsyncConnection, record: ResourceRecord, changed_by: str) -> None:
+    await conn.execute(insert(resource_versions).values(_version_row(record, changed_by)))
+
+
+async def append_versions(conn: AsyncConnection, records: Sequence[ResourceRecord], changed_by: str) -> None:
+    await insert_rows(conn, resource_versions, [_version_row(record, changed_by) for record in records])
+
+
+async def versions(conn: AsyncConnection, tenant_id: int, resource_id: int) -> list[Row[Any]]:
+    """The resource's history, newest first."""
+    rows = await conn.execute(
+        select(resource_versions)
+        .where(resource_versions.c.tenant_id == tenant_id, resource_versions.c.resource_id == resource_id)
+        .order_by(resource_versions.c.version.desc())
+    )
+    return list(rows.all())
+
+
+# -- listings -------------------------------------------------------------------------------------
+
+
+def listing_clause(visibility: Visibility, filters: ListingFilter = NO_FILTER):
+    """The rows a listing may show: the visibility rule, then the caller's filters."""
+    clauses = [visibility.resources_clause(resources)]
+    if filters.uri_prefix:
+        clauses.append(resources.c.uri >= filters.uri_prefix)
+        upper = uri_prefix_upper_bound(filters.uri_prefix)
+        if upper is not None:
+            clauses.append(resources.c.uri < upper)
+    if filters.tag:
+        clauses.append(resources.c.tags.contains([filters.tag]))
+    if filters.query:
+        needle = filters.query.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        clauses.append(RESOURCE_SEARCH_TEXT.like(f"%{needle}%", escape="\\"))
+    return and_(*clauses)
+
+
+async def page_rows(
+    conn: AsyncConnection,
+    visibility: Visibility,
+    *,
+    after: str | None,
+    limit: int,
+    filters: ListingFilter = NO_FILTER,
+) -> list[ResourceRecord]:
+    """Up to ``limit`` visible rows after ``after`` in URI byte order (no content).
+
+    Without filters, sparse grants page as one index range scan per grant (see
+    :meth:`Visibility.sparse_page_uris`); otherwise one scan filtered by the listing clause.
+    """
+    page_uris = visibility.sparse_page_uris(after=after, limit=limit) if filters == NO_FILTER else None
+    if page_uris is not None:
+        query = select(*LISTING_COLUMNS).where(
+            resources.c.tenant_id == visibility.tenant_id, resources.c.uri.in_(page_uris)
+        )
+    else:
+        query = select(*LISTING_COLUMNS).where(listing_clause(visibility, filters))
+        if after is not None:
+            query = query.where(resources.c.uri > after)
+    rows = (await conn.execute(query.order_by(resources.c.uri).limit(limit))).all()
+    return [record_from_row(row) for row in rows]
