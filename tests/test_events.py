@@ -327,7 +327,7 @@ async def test_readyz_reports_the_listener(settings: Settings) -> None:
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             response = await client.get("/readyz")
     assert response.json()["checks"]["events"] == "ok"
 

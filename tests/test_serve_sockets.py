@@ -21,7 +21,7 @@ import pytest
 
 from .processes import Served, borrowed_socket, catalog_env, my_ports, server_side, serving, started
 
-ROUTES = ("/healthz", "/readyz", "/.well-known/oauth-protected-resource", "/admin/v1/tenants")
+ROUTES = ("/healthz", "/readyz", "/openapi.json", "/admin/v1/tenants")
 MAX_CONNECTIONS = 40  # fresh connections tried until every worker has accepted at least one
 
 
