@@ -5,7 +5,8 @@ closed-loop generator (``bench.http``: C keep-alive connections, each sending it
 soon as the answer is in), the cases interleaved round by round:
 
 - ``catalog``: ``python -m catalog serve`` as a user starts it (its CLI, one worker by default, its
-  socket handling), ``resources/read`` on /mcp with a tenant admin token made through the admin API
+  socket handling), ``resources/read`` on /mcp, each client an agent with its own tenant admin token made through
+  the admin API (the default rate limit is per credential)
   (authentication against the database, the visibility rule under row-level security, the row,
   the SDK's JSON-RPC and era handling, cache hints, uvicorn's access log line);
 - ``floor`` (baseline): a bare Starlette app on raw asyncpg (``bench.servers.floor_app``) answering
@@ -13,6 +14,8 @@ soon as the answer is in), the cases interleaved round by round:
   authentication, no row-level security, no middleware, no SDK;
 - ``sdk`` (baseline): the ``mcp`` SDK's own high-level ``MCPServer`` holding the same resource in
   memory: what the protocol costs with no database at all;
+- ``nolimit`` (extra column, the rate limiter's cost): the same ``catalog serve`` with
+  ``CATALOG_RATE_LIMIT_PER_MINUTE=0``; every other case runs with the shipped limits;
 - ``inapp`` (extra column, explains the gap): a bare FastAPI route inside catalog's own app
   (``bench.servers.catalog_app`` under uvicorn, a separate process): the same engine, the same RLS
   transaction, the same single-row query and byte-for-byte the same JSON-RPC body as catalog, but
@@ -54,7 +57,7 @@ from bench.http import closed_loop, get_request, mcp_request
 
 URI = "file:///bench/hello.txt"
 TEXT = "hello, world"
-CASES = ("catalog", "floor", "sdk", "inapp")
+CASES = ("catalog", "floor", "sdk", "nolimit", "inapp")
 
 
 def _uri(i: int) -> str:
@@ -76,6 +79,9 @@ async def run(seconds: float, rounds: int, concurrency: int, profile: str | None
         with contextlib.ExitStack() as stack:
             servers: dict[str, ServerProcess] = {
                 "catalog": stack.enter_context(catalog_serve(server_env(database.url, home))),
+                "nolimit": stack.enter_context(
+                    catalog_serve(server_env(database.url, home, CATALOG_RATE_LIMIT_PER_MINUTE="0"))
+                ),
                 "floor": stack.enter_context(
                     uvicorn_process("bench.servers:floor_app", catalog_env(BENCH_FLOOR_DSN=database.dsn))
                 ),
@@ -83,15 +89,22 @@ async def run(seconds: float, rounds: int, concurrency: int, profile: str | None
                     uvicorn_process("bench.servers:sdk_app", sdk_env, ready_path=None)
                 ),
                 "inapp": stack.enter_context(
-                    uvicorn_process("bench.servers:catalog_app", server_env(database.url, home))
+                    uvicorn_process(
+                        "bench.servers:catalog_app",
+                        server_env(database.url, home, CATALOG_RATE_LIMIT_PER_MINUTE="0"),
+                    )
                 ),
             }
-            token = admin_api_token(servers["catalog"], "read", admin=True)
+            tokens = [admin_api_token(servers["catalog"], "read", admin=True) for _ in range(concurrency)]
             host = "127.0.0.1"
-            requests = {
-                "catalog": mcp_request(
-                    host, servers["catalog"].port, "resources/read", {"uri": URI}, token=token
-                ),
+
+            def agents(name: str) -> list[bytes]:
+                port = servers[name].port
+                return [mcp_request(host, port, "resources/read", {"uri": URI}, token=t) for t in tokens]
+
+            requests: dict[str, bytes | list[bytes]] = {
+                "catalog": agents("catalog"),
+                "nolimit": agents("nolimit"),
                 "floor": mcp_request(host, servers["floor"].port, "resources/read", {"uri": URI}),
                 "sdk": mcp_request(host, servers["sdk"].port, "resources/read", {"uri": URI}),
                 "inapp": get_request(
@@ -152,6 +165,8 @@ async def run(seconds: float, rounds: int, concurrency: int, profile: str | None
         "catalog_vs_floor_cpu_ratio": ratio(cpu, "floor", inverse=True),
         "catalog_vs_sdk_ratio": ratio(rps, "sdk"),
         "catalog_vs_sdk_cpu_ratio": ratio(cpu, "sdk", inverse=True),
+        "catalog_vs_nolimit_ratio": ratio(rps, "nolimit"),
+        "catalog_vs_nolimit_cpu_ratio": ratio(cpu, "nolimit", inverse=True),
         "catalog_vs_inapp_ratio": ratio(rps, "inapp"),
         "catalog_vs_inapp_cpu_ratio": ratio(cpu, "inapp", inverse=True),
     }
@@ -162,12 +177,13 @@ def _contents(body: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 async def _first_bodies(
-    host: str, servers: dict[str, ServerProcess], requests: dict[str, bytes]
+    host: str, servers: dict[str, ServerProcess], requests: dict[str, bytes | list[bytes]]
 ) -> dict[str, Any]:
     from bench.http import Connection
 
     bodies = {}
-    for name, request in requests.items():
+    for name, each in requests.items():
+        request = each if isinstance(each, bytes) else each[0]
         conn = await Connection.open(host, servers[name].port)
         try:
             status, body = await conn.send(request)
@@ -204,7 +220,12 @@ def report(result: dict[str, Any]) -> None:
             f"   p99 {case['latency_p99_ms']:6.1f} ms   server CPU {case['server_cpu_ms_per_request']:.2f} ms/req"
             f"   errors {case['errors']}"
         )
-    for baseline, goal in (("floor", " (goal >= 0.5x)"), ("sdk", " (goal >= 0.5x)"), ("inapp", "")):
+    for baseline, goal in (
+        ("floor", " (goal >= 0.5x)"),
+        ("sdk", " (goal >= 0.5x)"),
+        ("nolimit", ""),
+        ("inapp", ""),
+    ):
         print(
             f"  catalog / {baseline}: {result[f'catalog_vs_{baseline}_ratio']:.2f}x req/s{goal},"
             f" {result[f'catalog_vs_{baseline}_cpu_ratio']:.2f}x by server CPU per request"

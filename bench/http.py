@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,16 +128,27 @@ class LoadResult:
 
 
 async def closed_loop(
-    host: str, port: int, request: bytes, *, concurrency: int, seconds: float, check: bytes | None = None
+    host: str,
+    port: int,
+    request: bytes | Sequence[bytes],
+    *,
+    concurrency: int,
+    seconds: float,
+    check: bytes | None = None,
 ) -> LoadResult:
-    """``concurrency`` clients, each sending ``request`` again as soon as its answer is in, for
-    ``seconds``. An answer that is not 200 (or lacks ``check``) counts as an error."""
+    """``concurrency`` clients, each sending its request again as soon as its answer is in, for
+    ``seconds``. ``request`` is one request for every client or one per client (each agent with its
+    own credential, as rate limits per credential expect). An answer that is not 200 (or lacks
+    ``check``) counts as an error."""
+    per_client = [request] * concurrency if isinstance(request, bytes) else list(request)
+    if len(per_client) != concurrency:
+        raise ValueError(f"{len(per_client)} requests for {concurrency} clients")
     connections = [await Connection.open(host, port) for _ in range(concurrency)]
     latencies: list[float] = []
     errors = 0
     deadline = 0.0
 
-    async def client(conn: Connection) -> None:
+    async def client(conn: Connection, request: bytes) -> None:
         nonlocal errors
         while True:
             started = time.perf_counter()
@@ -148,11 +160,11 @@ async def closed_loop(
                 errors += 1
 
     try:
-        for conn in connections:  # warm each connection (and the server's caches) once
-            await conn.send(request)
+        for conn, own in zip(connections, per_client, strict=True):  # warm each connection once
+            await conn.send(own)
         begun = time.perf_counter()
         deadline = begun + seconds
-        await asyncio.gather(*(client(conn) for conn in connections))
+        await asyncio.gather(*(client(conn, own) for conn, own in zip(connections, per_client, strict=True)))
         elapsed = time.perf_counter() - begun
     finally:
         for conn in connections:

@@ -318,6 +318,7 @@ def generated(results: dict[str, Any]) -> str:
             "catalog": "`catalog serve` (1 worker)",
             "floor": "floor: Starlette + raw asyncpg",
             "sdk": "SDK `MCPServer`, in memory",
+            "nolimit": "`catalog serve`, rate limiter off (extra column: the limiter's cost)",
             "inapp": "bare route inside catalog's app (extra column)",
         }
         rows = [
