@@ -6,23 +6,34 @@ the ``catalog_app`` role when the login is a superuser (``probe_app_role``), so 
 binds all of them alike. An engine built anywhere else would be one that forgot the role (the demo's
 did, and seeded outside the tenant wall).
 
-Layering: an entry module, above the surfaces' shared needs; it imports ``core`` and ``db``, and
-nothing below it imports it.
+It also owns the database a process runs on: the configured server (checked reachable, and at the
+schema's head for ``serve``) or the embedded one, and the migrations ``catalog migrate`` applies.
+
+Layering: an entry module, above the surfaces (the import contract in pyproject.toml); it imports
+``core`` and ``db``, and nothing below it imports it. Entry points import it lazily (the CLI's
+``--help`` must not pay for SQLAlchemy).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Iterator
 
-from sqlalchemy.engine import URL
+from sqlalchemy import text
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog.core.errors import database_unavailable
 from catalog.core.service import Catalog
+from catalog.db import migrate as migrations  # also what `catalog migrate` drives
+from catalog.db.embedded import EmbeddedPostgres
 from catalog.db.engine import create_engine, probe_app_role
-from catalog.settings import Settings
+from catalog.settings import ConfigError, Settings, first_line
 
 APP_POOL_SIZE = 30  # per app process; README "Deploying" does the connection arithmetic with it
+READYZ_TIMEOUT_S = 3.0  # a probe must answer promptly, whatever the database does
 COMMAND_POOL_SIZE = 2  # a CLI command: two import batches in flight (catalog.core.transfer)
 
 
@@ -49,3 +60,62 @@ async def open_catalog(
         yield Catalog(engine=engine, settings=settings)
     finally:
         await engine.dispose()
+
+
+@functools.cache
+def schema_head() -> str:
+    """The migration this code expects the database at (read from the migration scripts once)."""
+    return migrations.head_revision()
+
+
+async def database_checks(catalog: Catalog) -> dict[str, str]:
+    """``/readyz``'s ``database`` and ``schema`` checks: "ok", or what is wrong."""
+    try:
+        async with asyncio.timeout(READYZ_TIMEOUT_S), catalog.engine.connect() as conn:
+            revision = (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar()
+    except Exception as exc:
+        if not database_unavailable(exc):
+            raise
+        return {"database": f"unreachable: {type(exc).__name__}", "schema": "unknown"}
+    head = schema_head()
+    return {"database": "ok", "schema": "ok" if revision == head else f"at {revision}, head is {head}"}
+
+
+# -- the database a process runs on ------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def database(settings: Settings, *, migrate_embedded: bool = True) -> Iterator[str]:
+    """The database URL to use: the configured server, or the embedded one started for the duration."""
+    if settings.database_url is not None:
+        url = settings.async_database_url().render_as_string(hide_password=False)
+        check_reachable(url)
+        yield url
+        return
+    embedded = EmbeddedPostgres(settings.ensure_home())
+    url = embedded.start()
+    try:
+        if migrate_embedded:
+            migrations.upgrade(url)
+        yield url
+    finally:
+        embedded.release()
+
+
+def check_reachable(url: str) -> None:
+    try:
+        asyncio.run(asyncio.wait_for(migrations.current_revision(url), timeout=10))
+    except Exception as exc:
+        target = make_url(url)
+        where = f"{target.host or 'localhost'}:{target.port or 5432}/{target.database}"
+        raise ConfigError(f"cannot reach the database at {where}: {first_line(exc)}") from None
+
+
+def require_head(url: str) -> None:
+    current = asyncio.run(migrations.current_revision(url))
+    head = migrations.head_revision()
+    if current != head:
+        raise ConfigError(
+            f"the database schema is at {current or 'an empty schema'}, not at head {head}:"
+            " run `catalog migrate upgrade` first"
+        )

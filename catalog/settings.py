@@ -26,6 +26,11 @@ class ConfigError(Exception):
     """Configuration that cannot work; the message is one line meant for an operator."""
 
 
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def _split_list(value: object) -> object:
     if isinstance(value, str):
         return [item.strip() for item in value.split(",") if item.strip()]

@@ -20,15 +20,19 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 import uvicorn
+from fastapi import FastAPI
 from sqlalchemy.engine import make_url
 
+from catalog.app import create_app
 from catalog.cli import main
 from catalog.db import migrate
 from catalog.db.embedded import EmbeddedPostgres
 from catalog.serving import CatalogServer
 from catalog.settings import Settings, get_settings
+from tests.admin_support import ADMIN, API, running
 
 
 @dataclass(frozen=True)
@@ -214,3 +218,46 @@ def sql(database_url: str) -> Callable[..., list[asyncpg.Record]]:
         return asyncio.run(go())
 
     return query
+
+
+# -- the admin API in-process (tests/admin_support.py has its helpers) -----------------------------
+
+
+@pytest.fixture
+async def app(settings: Settings) -> AsyncIterator[FastAPI]:
+    async with running(create_app(settings)) as application:
+        yield application
+
+
+@pytest.fixture
+async def anon(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """A client that sends no credentials."""
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        yield client
+
+
+@pytest.fixture
+async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """A client holding the platform admin token."""
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", headers=ADMIN) as c:
+        yield c
+
+
+@pytest.fixture
+async def tenant(client: httpx.AsyncClient) -> str:
+    response = await client.post(f"{API}/tenants", json={"slug": "acme", "name": "Acme"})
+    assert response.status_code == 201, response.text
+    return "acme"
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A direct connection (superuser: sees every tenant's rows) for asserting what was stored."""
+    dsn = make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    conn = await asyncpg.connect(dsn)
+    try:
+        yield conn
+    finally:
+        await conn.close()

@@ -4,18 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from .test_admin_support import (  # noqa: F401  (fixtures)
-    API,
-    anon,
-    app,
-    assert_problem,
-    bearer,
-    client,
-    create_resource,
-    db,
-    mint_token,
-    tenant,
-)
+from tests.admin_support import API, assert_problem, bearer, create_resource, mint_token
 
 
 async def test_audit_is_newest_first_with_who_what_and_digests(

@@ -4,18 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from .test_admin_support import (  # noqa: F401  (fixtures)
-    ADMIN_TOKEN,
-    API,
-    anon,
-    app,
-    assert_problem,
-    bearer,
-    client,
-    db,
-    mint_token,
-    tenant,
-)
+from tests.admin_support import ADMIN_TOKEN, API, assert_problem, bearer, mint_token
 
 
 async def test_no_token_is_401_with_www_authenticate(anon: httpx.AsyncClient, tenant: str) -> None:

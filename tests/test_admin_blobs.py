@@ -10,16 +10,7 @@ import httpx
 import pytest
 
 from catalog.settings import Settings
-
-from .test_admin_support import (  # noqa: F401  (fixtures)
-    API,
-    app,
-    assert_problem,
-    b64,
-    client,
-    db,
-    tenant,
-)
+from tests.admin_support import API, assert_problem, b64
 
 LIMIT = 1024
 

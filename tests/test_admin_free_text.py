@@ -15,15 +15,7 @@ from catalog.core.service import Catalog
 from catalog.core.tenants import create_tenant
 from catalog.db.engine import create_engine
 from catalog.settings import Settings
-
-from .test_admin_support import (  # noqa: F401  (fixtures)
-    API,
-    app,
-    assert_problem,
-    client,
-    db,
-    tenant,
-)
+from tests.admin_support import API, assert_problem
 
 NUL = "a\x00b"
 # A lone surrogate as JSON sends it (httpx would refuse to encode it): patched into the raw body.

@@ -12,13 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .test_admin_support import (  # noqa: F401  (fixtures)
-    API,
-    app,
-    client,
-    create_resource,
-    tenant,
-)
+from tests.admin_support import API, create_resource
 
 FIELDS = [
     "uri", "name", "title", "description", "mimeType", "icons", "annotations", "tags", "consentMessage",

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import httpx
 
+from tests.admin_support import API, assert_problem
+
 from .mcp_helpers import envelope, modern_headers
-from .test_admin_support import (  # noqa: F401  (fixtures)
-    API,
-    app,
-    assert_problem,
-    client,
-    db,
-    tenant,
-)
 
 
 def grants(slug: str, suffix: str = "") -> str:

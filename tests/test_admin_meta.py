@@ -16,16 +16,7 @@ from catalog.core.meta import (
     traceparent_problem,
     tracestate_problem,
 )
-
-from .test_admin_support import (  # noqa: F401  (fixtures)
-    API,
-    app,
-    assert_problem,
-    client,
-    create_resource,
-    db,
-    tenant,
-)
+from tests.admin_support import API, assert_problem, create_resource
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

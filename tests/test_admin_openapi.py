@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import httpx
 
-from .test_admin_support import anon, app  # noqa: F401  (fixtures)
-
 CONTRACT = {
     "/admin/v1/tenants": {"get", "post"},
     "/admin/v1/tenants/{slug}": {"delete"},

@@ -8,16 +8,7 @@ import itertools
 
 import httpx
 
-from .test_admin_support import (  # noqa: F401  (fixtures)
-    API,
-    app,
-    assert_problem,
-    b64,
-    client,
-    create_resource,
-    db,
-    tenant,
-)
+from tests.admin_support import API, assert_problem, b64, create_resource
 
 
 def path(slug: str, suffix: str = "") -> str:

@@ -10,18 +10,8 @@ import httpx
 import pytest
 
 from catalog.settings import Settings
+from tests.admin_support import ADMIN_TOKEN, API, assert_problem, bearer, mint_token
 
-from .test_admin_support import (  # noqa: F401  (fixtures)
-    ADMIN_TOKEN,
-    API,
-    anon,
-    app,
-    assert_problem,
-    bearer,
-    client,
-    mint_token,
-    tenant,
-)
 from .test_oauth import AUDIENCE, ISSUER, Issuer
 
 # The admin API's own metadata (RFC 9728, path-inserted), on the origin of AUDIENCE.

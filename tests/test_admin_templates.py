@@ -4,14 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from .test_admin_support import (  # noqa: F401  (fixtures)
-    API,
-    app,
-    assert_problem,
-    client,
-    db,
-    tenant,
-)
+from tests.admin_support import API, assert_problem
 
 
 def templates(slug: str, suffix: str = "") -> str:

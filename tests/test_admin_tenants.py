@@ -5,18 +5,7 @@ from __future__ import annotations
 import httpx
 
 from catalog.db.models import TENANT_TABLES
-
-from .test_admin_support import (  # noqa: F401  (fixtures)
-    API,
-    app,
-    assert_problem,
-    b64,
-    client,
-    create_resource,
-    db,
-    mint_token,
-    tenant,
-)
+from tests.admin_support import API, assert_problem, b64, create_resource, mint_token
 
 
 async def test_create_tenant_answers_201_with_slug_name_and_time(client: httpx.AsyncClient) -> None:

@@ -6,16 +6,7 @@ import hashlib
 
 import httpx
 
-from .test_admin_support import (  # noqa: F401  (fixtures)
-    API,
-    anon,
-    app,
-    assert_problem,
-    bearer,
-    client,
-    db,
-    tenant,
-)
+from tests.admin_support import API, assert_problem, bearer
 
 
 def tokens(slug: str, suffix: str = "") -> str:

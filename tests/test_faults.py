@@ -39,9 +39,9 @@ from catalog.db import migrate
 from catalog.db.embedded import EmbeddedPostgres
 from catalog.db.engine import database_unavailable
 from catalog.settings import Settings
+from tests.admin_support import running
 from tests.mcp_helpers import MODERN, envelope
 from tests.processes import Served, catalog_env, serving
-from tests.test_admin_support import running
 
 ADMIN_TOKEN = "cat_faults-platform-admin-token"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

@@ -21,8 +21,8 @@ from fastapi import FastAPI
 from catalog.app import create_app
 from catalog.auth.edge import MAX_JSON_DEPTH, MAX_MCP_BODY_BYTES, json_depth_exceeds, max_admin_json_bytes
 from catalog.settings import Settings
+from tests.admin_support import ADMIN, API, assert_problem, b64, running
 from tests.mcp_helpers import MODERN, Served, envelope, mcp_settings, module_database, served
-from tests.test_admin_support import ADMIN, API, assert_problem, b64, running
 
 MAX_BLOB = 3 * 1024 * 1024
 

@@ -22,11 +22,10 @@ from schemathesis.specs.openapi.checks import (
 
 from catalog.app import create_app
 from catalog.settings import Settings
+from tests.admin_support import ADMIN, ADMIN_TOKEN
 
 from .conftest import LiveServer, run_live_server
-from .test_admin_support import ADMIN, ADMIN_TOKEN
 
-# The document does not depend on the database: build it once, at collection, from an app that is
 # never started.
 _DOCUMENT = create_app(
     Settings(database_url="postgresql+asyncpg://unused@localhost/unused", admin_token=ADMIN_TOKEN)

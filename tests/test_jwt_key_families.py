@@ -22,9 +22,9 @@ from fastapi import FastAPI
 
 from catalog.app import create_app
 from catalog.settings import Settings
+from tests.admin_support import ADMIN, API, running
 
 from .mcp_helpers import envelope, modern_headers
-from .test_admin_support import ADMIN, API, running
 
 ISSUER = "https://issuer.test"
 AUDIENCE = "https://catalog.test/mcp"

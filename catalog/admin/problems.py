@@ -16,8 +16,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from catalog.auth.challenges import ADMIN_RESOURCE
 from catalog.auth.challenges import bearer_challenge as bearer_challenge_for
-from catalog.core.errors import CatalogError, FieldError, InsufficientScope, Unauthenticated
-from catalog.db.engine import database_unavailable
+from catalog.core.errors import (
+    CatalogError,
+    FieldError,
+    InsufficientScope,
+    Unauthenticated,
+    database_unavailable,
+)
 
 logger = logging.getLogger("catalog.admin")
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 import hmac
 from urllib.parse import parse_qsl
 
-from catalog.auth.jwt import looks_like_jwt
+from catalog.auth.jwt import jwt_verifier, looks_like_jwt
 from catalog.core.errors import Unauthenticated
 from catalog.core.principal import Principal
 from catalog.core.service import Catalog
 from catalog.core.tenants import find_tenant
-from catalog.core.tokens import principal_for_token
-from catalog.db.engine import self_scoped_driver
+from catalog.core.tokens import token_principal
 
 TOKEN_IN_QUERY = "send the token in the Authorization header, never in the URL"
 
@@ -51,7 +50,7 @@ async def authenticate(catalog: Catalog, authorization: str | None) -> Principal
         return None
     if hmac.compare_digest(token.encode(), catalog.platform_admin_token.encode()):
         return Principal.platform_admin()
-    verifier = catalog.jwt_verifier
+    verifier = jwt_verifier(catalog)
     if verifier is not None and looks_like_jwt(token):
         claims = await verifier.claims(token)
         slug = claims.get(verifier.tenant_claim)
@@ -61,8 +60,7 @@ async def authenticate(catalog: Catalog, authorization: str | None) -> Principal
                 f"the token's {verifier.tenant_claim!r} claim names no tenant of this catalogue"
             )
         return verifier.principal(claims, tenant.id, tenant.slug)
-    async with self_scoped_driver(catalog.engine) as driver:
-        principal = await principal_for_token(driver, token)
+    principal = await token_principal(catalog, token)
     if principal is None:
         raise Unauthenticated("the token is invalid, expired or revoked")
     return principal

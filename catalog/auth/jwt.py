@@ -23,6 +23,7 @@ from jwt import PyJWK, PyJWKSet
 from catalog.auth.challenges import canonical_url
 from catalog.core.errors import Unauthenticated
 from catalog.core.principal import Principal
+from catalog.core.service import Catalog
 
 # Each accepted algorithm and the JWK key type (``kty``) it verifies with. A token names its own
 # algorithm; the key it names by ``kid`` must be of that family, else PyJWT is handed a key its
@@ -207,3 +208,22 @@ class JwtVerifier:
             subject=claims["sub"],
             expires_at=datetime.fromtimestamp(claims["exp"] + self.leeway_seconds, UTC),
         )
+
+
+def jwt_verifier(catalog: Catalog) -> JwtVerifier | None:
+    """The catalogue's verifier of OAuth access tokens (None with OAuth off), built once: it keeps
+    the issuer's signing keys between requests."""
+    settings = catalog.settings
+    if not settings.oauth_enabled:
+        return None
+    if catalog.jwt_verifier is None:
+        assert settings.oauth_issuer and settings.oauth_audience and settings.oauth_jwks
+        catalog.jwt_verifier = JwtVerifier(
+            issuer=settings.oauth_issuer,
+            audience=settings.oauth_audience,
+            jwks=JwksSource(settings.oauth_jwks),
+            tenant_claim=settings.oauth_tenant_claim,
+            admin_scope=settings.oauth_admin_scope,
+            leeway_seconds=settings.oauth_leeway_seconds,
+        )
+    return catalog.jwt_verifier

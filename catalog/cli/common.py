@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from catalog.settings import ConfigError, Settings, get_settings
+from catalog.settings import ConfigError, Settings, first_line, get_settings
 
 if TYPE_CHECKING:
     from catalog.core.service import Catalog
@@ -57,60 +56,6 @@ def row(*fields: object) -> str:
     return "\t".join(value.replace("\t", " ").replace("\n", " ") for value in shown)
 
 
-# -- the database -----------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def database(settings: Settings, *, migrate_embedded: bool = True) -> Iterator[str]:
-    """The database URL to use: the configured server, or the embedded one started for the duration."""
-    if settings.database_url is not None:
-        url = settings.async_database_url().render_as_string(hide_password=False)
-        check_reachable(url)
-        yield url
-        return
-    from catalog.db import migrate
-    from catalog.db.embedded import EmbeddedPostgres
-
-    embedded = EmbeddedPostgres(settings.ensure_home())
-    url = embedded.start()
-    try:
-        if migrate_embedded:
-            migrate.upgrade(url)
-        yield url
-    finally:
-        embedded.release()
-
-
-def check_reachable(url: str) -> None:
-    from sqlalchemy.engine import make_url
-
-    from catalog.db.migrate import current_revision
-
-    try:
-        asyncio.run(asyncio.wait_for(current_revision(url), timeout=10))
-    except Exception as exc:
-        target = make_url(url)
-        where = f"{target.host or 'localhost'}:{target.port or 5432}/{target.database}"
-        raise ConfigError(f"cannot reach the database at {where}: {first_line(exc)}") from None
-
-
-def require_head(url: str) -> None:
-    from catalog.db.migrate import current_revision, head_revision
-
-    current = asyncio.run(current_revision(url))
-    head = head_revision()
-    if current != head:
-        raise ConfigError(
-            f"the database schema is at {current or 'an empty schema'}, not at head {head}:"
-            " run `catalog migrate upgrade` first"
-        )
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 # -- running a command against the catalogue --------------------------------------------------------
 
 
@@ -120,6 +65,7 @@ def command(body: Body) -> Run:
     def run(args: argparse.Namespace) -> int:
         from sqlalchemy.exc import SQLAlchemyError
 
+        from catalog.bootstrap import database
         from catalog.core.errors import CatalogError, InvalidInput
 
         settings = get_settings()

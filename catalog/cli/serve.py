@@ -18,7 +18,7 @@ import os
 import signal
 import socket
 
-from catalog.cli.common import Commands, database, require_head
+from catalog.cli.common import Commands
 from catalog.settings import ConfigError, Settings, get_settings
 
 
@@ -59,6 +59,8 @@ def _after_uvicorn(signum: int, frame: object) -> None:
 def serve_command(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
+    from catalog.bootstrap import database, require_head
+
     settings = get_settings()
     settings.ensure_home()
     sock = _bind(args.host, args.port)

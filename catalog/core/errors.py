@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The one classification of "the database cannot serve now" (a 503 and a retry, not a bug), kept
+# with the SQL it inspects and offered here, where the surfaces take the core's errors from.
+from catalog.db.engine import database_unavailable as database_unavailable
+
 
 @dataclass(frozen=True)
 class FieldError:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog.db.engine import request_connection
 from catalog.settings import Settings
 
 if TYPE_CHECKING:
@@ -30,6 +32,9 @@ class Catalog:
     event_listener: ChangeListener | None = None
     # Ends streams whose credential is revoked or expires (set with the hub).
     credential_watch: CredentialWatch | None = None
+    # Verifies OAuth access tokens: built by ``catalog.auth.jwt.jwt_verifier`` on first use (auth is
+    # the layer above; the core only keeps it, with its cache of signing keys, for the catalogue).
+    jwt_verifier: JwtVerifier | None = None
 
     @cached_property
     def signing_key(self) -> bytes:
@@ -39,18 +44,8 @@ class Catalog:
     def platform_admin_token(self) -> str:
         return self.settings.platform_admin_token()[0]
 
-    @cached_property
-    def jwt_verifier(self) -> JwtVerifier | None:
-        if not self.settings.oauth_enabled:
-            return None
-        from catalog.auth.jwt import JwksSource, JwtVerifier
-
-        assert self.settings.oauth_issuer and self.settings.oauth_audience and self.settings.oauth_jwks
-        return JwtVerifier(
-            issuer=self.settings.oauth_issuer,
-            audience=self.settings.oauth_audience,
-            jwks=JwksSource(self.settings.oauth_jwks),
-            tenant_claim=self.settings.oauth_tenant_claim,
-            admin_scope=self.settings.oauth_admin_scope,
-            leeway_seconds=self.settings.oauth_leeway_seconds,
-        )
+    @contextlib.asynccontextmanager
+    async def request_connection(self) -> AsyncIterator[None]:
+        """One pooled connection for the whole of a short request (``catalog.db.engine.request_connection``)."""
+        async with request_connection(self.engine):
+            yield

@@ -22,7 +22,7 @@ from catalog.core.principal import Principal
 from catalog.core.schemas import TokenCreated, TokenIn, TokenOut
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
-from catalog.db.engine import TenantScope, transaction
+from catalog.db.engine import TenantScope, self_scoped_driver, transaction
 from catalog.db.models import tokens
 from catalog.db.rows import from_row
 
@@ -107,6 +107,15 @@ async def principal_for_token(driver: asyncpg.Connection, token: str) -> Princip
         token_id=row["token_id"],
         expires_at=row["expires_at"],
     )
+
+
+async def token_principal(catalog: Catalog, token: str) -> Principal | None:
+    """:func:`principal_for_token` on a pooled connection of ``catalog`` (none is taken for a string
+    that cannot be a token)."""
+    if not token.startswith(TOKEN_PREFIX) or len(token) > 128:
+        return None
+    async with self_scoped_driver(catalog.engine) as driver:
+        return await principal_for_token(driver, token)
 
 
 async def live_tokens(catalog: Catalog, token_ids: Iterable[int]) -> dict[int, datetime | None]:

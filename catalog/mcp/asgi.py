@@ -32,10 +32,9 @@ from catalog.auth import anonymous_principal, authenticate_request
 from catalog.auth.challenges import bearer_challenge
 from catalog.auth.quotas import StreamQuotas
 from catalog.auth.refusals import RATE_LIMITED, refusal
-from catalog.core.errors import Unauthenticated
+from catalog.core.errors import Unauthenticated, database_unavailable
 from catalog.core.principal import Principal
 from catalog.core.service import Catalog
-from catalog.db.engine import database_unavailable, request_connection
 from catalog.mcp.context import MCP_PATH, PRINCIPAL_STATE_KEY
 from catalog.mcp.server import UNAVAILABLE_MESSAGE
 from catalog.mcp.sessions import LegacySessions
@@ -118,7 +117,7 @@ class McpEdge:
         if is_short_modern_request(scope):
             # Answered inline, so the token lookup and the handler's transactions share one pooled
             # connection instead of checking out one each.
-            async with request_connection(catalog.engine):
+            async with catalog.request_connection():
                 await self._authenticated(catalog, scope, receive, send)
             return
         await self._authenticated(catalog, scope, receive, send)

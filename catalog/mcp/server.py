@@ -15,8 +15,8 @@ from mcp.server.models import InitializationOptions
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 
+from catalog.core.errors import database_unavailable
 from catalog.core.service import Catalog
-from catalog.db.engine import database_unavailable
 from catalog.mcp import handlers
 from catalog.mcp.context import DISCOVER_TTL_MS, SERVER_NAME, SERVER_VERSION, Ctx, principal_of
 from catalog.mcp.listen import ListenStreams

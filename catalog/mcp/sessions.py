@@ -57,9 +57,8 @@ from starlette.types import Message, Receive, Scope, Send
 from catalog.core import sessions as store
 from catalog.core.principal import Principal
 from catalog.core.service import Catalog
-from catalog.core.sessions import Notice, SessionRecord
+from catalog.core.sessions import SESSIONS_CHANNEL, Notice, SessionRecord
 from catalog.core.watching import Delivery, honoured_uris, open_watch
-from catalog.db.engine import SESSIONS_CHANNEL
 from catalog.events.credentials import CredentialHold
 from catalog.mcp.context import PRINCIPAL_STATE_KEY, Ctx
 from catalog.mcp.listen import as_subscribed

@@ -1,4 +1,5 @@
-"""Shared fixtures and helpers for the admin API tests (imported by the other test_admin_* modules).
+"""Helpers for the admin API tests (their fixtures -- ``app``, ``client``, ``anon``, ``tenant``, ``db`` --
+are in conftest.py).
 
 The app runs in-process over httpx's ASGITransport with its lifespan started, against this test's
 own real PostgreSQL database. App exceptions are re-raised by the transport, so a 500 fails a test.
@@ -12,14 +13,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-import asyncpg
 import httpx
-import pytest
 from fastapi import FastAPI
-from sqlalchemy.engine import make_url
-
-from catalog.app import create_app
-from catalog.settings import Settings
 
 ADMIN_TOKEN = "cat_test-platform-admin-token"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -48,46 +43,6 @@ async def running(application: FastAPI) -> AsyncIterator[FastAPI]:
     finally:
         stop.set()
         await task
-
-
-@pytest.fixture
-async def app(settings: Settings) -> AsyncIterator[FastAPI]:
-    async with running(create_app(settings)) as application:
-        yield application
-
-
-@pytest.fixture
-async def anon(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    """A client that sends no credentials."""
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-        yield client
-
-
-@pytest.fixture
-async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    """A client holding the platform admin token."""
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", headers=ADMIN) as c:
-        yield c
-
-
-@pytest.fixture
-async def tenant(client: httpx.AsyncClient) -> str:
-    response = await client.post(f"{API}/tenants", json={"slug": "acme", "name": "Acme"})
-    assert response.status_code == 201, response.text
-    return "acme"
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    """A direct connection (superuser: sees every tenant's rows) for asserting what was stored."""
-    dsn = make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
-    conn = await asyncpg.connect(dsn)
-    try:
-        yield conn
-    finally:
-        await conn.close()
 
 
 def bearer(token: str) -> dict[str, str]:
