@@ -30,6 +30,10 @@ are visible, so a hidden directory never fires, however it is touched) and **tag
 re-tagged, a tag added or removed, or deleted: a stream hears ``updated`` exactly for the URIs
 visible before or after, and ``list_changed`` exactly when its visible set changed), followed by the
 listings and reads of every principal against the re-tagged world.
+
+Last (issue 12 item 1), **revocation**: every opaque token is revoked through the admin API while it
+listens; each stream ends with ``CREDENTIAL_ENDED`` before grants widen every scope, the anonymous
+caller and the JWT hear those grants, and every revoked token is refused on both surfaces.
 """
 
 from __future__ import annotations
@@ -55,11 +59,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated
+from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 
 import catalog.core.reading as reading
 from catalog.app import create_app
+from catalog.mcp.context import CREDENTIAL_ENDED
 from tests.conftest import _admin
 from tests.mcp_helpers import mcp_settings, serve
 from tests.test_oauth import AUDIENCE, ISSUER, Issuer
@@ -999,6 +1004,69 @@ async def check_listings(live: Live, oracle: Oracle, who: Who) -> None:
             assert got == want, (who.label, uri, "after re-tagging")
 
 
+# -- revocation (issue 12 item 1) ----------------------------------------------------------------------
+
+
+async def listen_until_lost(live: Live, who: Who, uris: list[str], acked: asyncio.Event) -> Any:
+    """Listen to ``uris`` (and list changes) until the stream ends; the error it ended with."""
+    async with mcp_client(live, who) as client:
+        try:
+            async with client.listen(resources_list_changed=True, resource_subscriptions=uris) as sub:
+                acked.set()
+                async for _ in sub:
+                    pass
+        except SubscriptionLost as lost:
+            return lost.__cause__
+    raise AssertionError(f"{who.label}: the stream ended without an error")
+
+
+async def check_revocation(live: Live, built: Built, everything: list[str]) -> None:
+    """Every opaque token of every tenant is revoked through the admin API while it listens to every
+    URI: each of its streams ends with ``CREDENTIAL_ENDED`` ``{reason: revoked}``, before any grant
+    widens its scopes; afterwards every surface refuses it. The anonymous caller and the JWT listen
+    on, and hear the widening grants as ``list_changed`` (waited on, never on time)."""
+    holders = [who for who in built.principals if who.kind == "token"]
+    others = [who for who in built.principals if who.kind != "token"]
+    acked = {who.label: asyncio.Event() for who in built.principals}
+    doomed = {
+        who.label: asyncio.create_task(listen_until_lost(live, who, everything, acked[who.label]))
+        for who in holders
+    }
+    kept = [Stream(who) for who in others]
+    kept_tasks = [asyncio.create_task(listen(live, s, everything)) for s in kept]
+    try:
+        await _all_set(
+            [acked[who.label] for who in holders] + [s.acked for s in kept], [*doomed.values(), *kept_tasks]
+        )
+        async with admin_http(live) as http:
+            for slug in built.slugs:
+                listed = await _all_items(http, f"{API}/tenants/{slug}/tokens")
+                for token in listed:
+                    if token.get("revokedAt") is None:
+                        gone = await http.delete(f"{API}/tenants/{slug}/tokens/{token['id']}")
+                        assert gone.status_code == 204, gone.text
+            for label, task in doomed.items():
+                error = await asyncio.wait_for(task, WAIT)
+                assert isinstance(error, MCPError), (label, error)
+                assert (error.code, error.error.data) == (CREDENTIAL_ENDED, {"reason": "revoked"}), label
+            # Wider grants for every scope now: the dead streams are gone; the living hear them.
+            for round_ in ("first", "second"):
+                for slug in built.slugs:
+                    for scope in SCOPES:
+                        wider = {"scope": scope, "uriPrefix": f"file:///{round_}"}
+                        assert (
+                            await http.post(f"{API}/tenants/{slug}/grants", json=wider)
+                        ).status_code == 201
+                await _all_set([getattr(s, round_) for s in kept], kept_tasks)
+    finally:
+        for task in [*doomed.values(), *kept_tasks]:
+            task.cancel()
+        await asyncio.gather(*doomed.values(), *kept_tasks, return_exceptions=True)
+    await check_dead_tokens(
+        live, Built(built.slugs, built.principals, [w.token for w in holders if w.token], {})
+    )
+
+
 async def check_world(live: Live, world: World) -> None:
     built = await build(live, world)
     try:
@@ -1022,6 +1090,7 @@ async def check_world(live: Live, world: World) -> None:
         await check_directory_events(live, marked, built)
         after = await check_tag_events(live, marked, built, everything)
         await asyncio.gather(*(check_listings(live, after, who) for who in built.principals))
+        await check_revocation(live, built, everything)
     finally:
         await teardown(live, built)
 
