@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from catalog.auth.challenges import ADMIN_RESOURCE
 from catalog.auth.challenges import bearer_challenge as bearer_challenge_for
 from catalog.core.errors import CatalogError, FieldError, InsufficientScope, Unauthenticated
-from catalog.db.engine import database_unavailable
+from catalog.db.engine import database_unavailable, pool_exhausted
 
 logger = logging.getLogger("catalog.admin")
 
@@ -132,6 +132,8 @@ def install_problem_handlers(app: FastAPI) -> None:
             raise exc
         logger.warning("admin %s %s: database unavailable: %r", request.method, request.url.path, exc)
         detail = "the database is unavailable or too slow right now; retry later"
+        if pool_exhausted(exc):
+            detail = "every database connection of this server is busy; retry later"
         return problem_response(503, "Service unavailable", detail, headers={"Retry-After": "1"})
 
     for kind in UNAVAILABLE_EXCEPTION_TYPES:
