@@ -21,11 +21,12 @@ import asyncpg
 import httpx
 import psutil
 import pytest
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from catalog.bootstrap import open_catalog
-from catalog.db.engine import APP_ROLE, TenantScope, transaction
+from catalog.db.engine import APP_ROLE, TenantScope, database_unavailable, pool_exhausted, transaction
 from catalog.settings import Settings
 from tests.conftest import free_port, through_pooler_env
 from tests.mcp_helpers import LEGACY, envelope, modern_headers, sse_messages
@@ -263,3 +264,22 @@ async def test_an_exhausted_pool_answers_503_with_retry_after_on_both_surfaces_a
             assert answered.status_code == 200
             assert WATCHED in {r["uri"] for r in sse_messages(answered.text)[0]["result"]["resources"]}
     assert "Traceback" not in served.printed()
+
+
+def test_an_exhausted_pool_is_told_apart_from_a_database_that_is_down() -> None:
+    """``pool_exhausted`` (the "busy" 503) is the pool's checkout timeout, however it was wrapped
+    (raised from another error, or inside a task group with nothing but such failures); a database
+    that is down or slow is unavailable but not "busy"; anything else is neither."""
+    checkout = sa_exc.TimeoutError("QueuePool limit of size 1 overflow 0 reached")
+    try:
+        raise RuntimeError("handler failed") from checkout
+    except RuntimeError as exc:
+        wrapped = exc
+    grouped = ExceptionGroup("task group", [checkout, sa_exc.TimeoutError("again")])
+    mixed = ExceptionGroup("task group", [checkout, ValueError("a bug")])
+    for exc in (checkout, wrapped, grouped):
+        assert pool_exhausted(exc) and database_unavailable(exc)
+    down = ConnectionRefusedError(111, "Connection refused")
+    assert database_unavailable(down) and not pool_exhausted(down)
+    assert not database_unavailable(mixed) and not pool_exhausted(mixed)
+    assert not database_unavailable(ValueError("a bug")) and not pool_exhausted(ValueError("a bug"))

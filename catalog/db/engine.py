@@ -125,6 +125,8 @@ def pool_exhausted(exc: BaseException) -> bool:
     while current is not None and id(current) not in seen:
         if isinstance(current, sa_exc.TimeoutError):
             return True
+        if isinstance(current, BaseExceptionGroup):
+            return bool(current.exceptions) and all(pool_exhausted(e) for e in current.exceptions)
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return False
@@ -140,6 +142,11 @@ def database_unavailable(exc: BaseException) -> bool:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
+        if isinstance(current, BaseExceptionGroup):
+            # A task group's failure (the SDK's, anyio's) is the database's only if all of it is.
+            if current.exceptions and all(database_unavailable(e) for e in current.exceptions):
+                return True
+            continue
         if isinstance(current, sa_exc.DBAPIError) and current.connection_invalidated:
             return True
         if isinstance(
