@@ -79,19 +79,35 @@ async def test_every_transaction_carries_its_role_timeout_and_scope_and_leaves_n
             assert (role, timeout, tenant) == (APP_ROLE if superuser else login, "4321ms", "")
 
 
-def test_a_pooler_without_a_listen_url_is_refused_with_one_line(database_url: str, tmp_path: Path) -> None:
-    """LISTEN through a transaction pooler would lose notifications without an error: ``serve``
-    refuses to start and names the setting."""
-    env = catalog_env(
-        CATALOG_DATABASE_URL=database_url,
-        CATALOG_DATABASE_POOLER="pgbouncer",
-        CATALOG_HOME=str(tmp_path / "home"),
-    )
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        # LISTEN through a transaction pooler would lose notifications without an error.
+        ({"CATALOG_DATABASE_POOLER": "pgbouncer"}, "catalog: CATALOG_LISTEN_DATABASE_URL: required with"),
+        (
+            {"CATALOG_DATABASE_POOLER": "pgpool"},
+            "catalog: CATALOG_DATABASE_POOLER: Input should be 'none' or",
+        ),
+        ({"CATALOG_LISTEN_DATABASE_URL": "mysql://x/y"}, "catalog: CATALOG_LISTEN_DATABASE_URL: Value error"),
+        (
+            {"CATALOG_POOL_SIZE": "0"},
+            "catalog: CATALOG_POOL_SIZE: Input should be greater than or equal to 1",
+        ),
+        (
+            {"CATALOG_POOL_WAIT_SECONDS": "0"},
+            "catalog: CATALOG_POOL_WAIT_SECONDS: Input should be greater than 0",
+        ),
+    ],
+)
+def test_a_bad_pool_setting_is_refused_with_one_line_naming_it(
+    overrides: dict[str, str], expected: str, database_url: str, tmp_path: Path
+) -> None:
+    env = catalog_env(CATALOG_DATABASE_URL=database_url, CATALOG_HOME=str(tmp_path / "home"), **overrides)
     result = run_catalog("serve", "--port", str(free_port()), env=env, timeout=60)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("catalog: CATALOG_LISTEN_DATABASE_URL: required with"), lines[0]
+    assert lines[0].startswith(expected), lines[0]
 
 
 @pytest.mark.skipif(
