@@ -79,6 +79,31 @@ async def test_every_transaction_carries_its_role_timeout_and_scope_and_leaves_n
             assert (role, timeout, tenant) == (APP_ROLE if superuser else login, "4321ms", "")
 
 
+async def test_concurrent_transactions_each_see_only_their_own_scope(settings: Settings) -> None:
+    """Many transactions at once, more than the pooler has server connections (20 in
+    scripts/pgbouncer.sh), so server sessions pass from one client to the next between
+    transactions: each sees its own tenant and the app role in every statement, never another's."""
+    settings = settings.model_copy(update={"pool_size": 25})
+    probe = text("SELECT current_user, current_setting('catalog.tenant_id', true)")
+    async with open_catalog(settings) as catalog:
+        async with catalog.engine.connect() as conn:
+            login = (await conn.execute(text("SELECT session_user"))).scalar()
+        role = APP_ROLE if login == "postgres" else login
+
+        async def scoped(tenant_id: int) -> list[tuple[str, str]]:
+            seen = []
+            for _ in range(3):
+                async with transaction(catalog.engine, TenantScope.tenant(tenant_id)) as conn:
+                    seen.append(tuple((await conn.execute(probe)).one()))
+                    await asyncio.sleep(0)  # let the others run between the statements
+                    seen.append(tuple((await conn.execute(probe)).one()))
+            return seen
+
+        results = await asyncio.gather(*(scoped(tenant_id) for tenant_id in range(1, 101)))
+    for tenant_id, seen in enumerate(results, start=1):
+        assert seen == [(role, str(tenant_id))] * 6
+
+
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [

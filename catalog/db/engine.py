@@ -54,15 +54,17 @@ def create_engine(
 
     ``transaction_pooler``: ``url`` is PgBouncer in transaction mode, where consecutive
     transactions of one client connection run on different server sessions. So no state may
-    outlive a transaction: no named prepared statements (asyncpg's and SQLAlchemy's statement
-    caches off: every statement is an unnamed one, parsed with its execution), and the role and the
-    statement timeout, otherwise startup parameters of the session (which PgBouncer refuses), are
-    set at the start of every transaction, transaction-locally (``_bind_session``).
+    outlive a transaction: no named prepared statements (asyncpg's statement cache off: every
+    statement is an unnamed one that asyncpg parses again in the same message batch as each
+    execution; SQLAlchemy's own cache of those statement objects stays on, which spares the
+    separate prepare round trip of a repeated statement), and the role and the statement timeout,
+    otherwise startup parameters of the session (which PgBouncer refuses), are set at the start of
+    every transaction, transaction-locally (``_bind_session``).
     """
     server_settings = {"application_name": "catalog"}
     connect_args: dict[str, object] = {"command_timeout": 60, "timeout": CONNECT_TIMEOUT_S}
     if transaction_pooler:
-        connect_args |= {"statement_cache_size": 0, "prepared_statement_cache_size": 0}
+        connect_args |= {"statement_cache_size": 0}
     else:
         server_settings["statement_timeout"] = str(statement_timeout_ms)
         if app_role:
