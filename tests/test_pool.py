@@ -169,6 +169,27 @@ def test_behind_a_pooler_only_the_listen_connection_goes_straight_to_postgres(
         assert to_pooler  # the pool's connections (readyz just used one)
 
 
+@pytest.mark.skipif(
+    not POOLER, reason="needs CATALOG_TEST_POOLER_URL (a PgBouncer; see scripts/pgbouncer.sh)"
+)
+def test_migrations_and_commands_run_through_the_pooler_again_and_again(
+    empty_database_url: str, tmp_path: Path
+) -> None:
+    """Alembic, the schema check and a CLI command through the pooler, several times over: a named
+    prepared statement left on a server session by one run would collide with the next run's."""
+    env = catalog_env(**through_pooler_env(empty_database_url), CATALOG_HOME=str(tmp_path / "home"))
+    for argv, expected in [
+        (("migrate",), "upgraded from an empty schema to"),
+        (("migrate", "downgrade", "0003"), "downgraded from"),
+        (("migrate",), "upgraded from 0003 to"),
+        (("migrate",), "already at head"),
+        (("tenant", "create", "acme"), "created tenant acme"),
+        (("tenant", "list"), "acme"),
+    ]:
+        result = run_catalog(*argv, env=env)
+        assert result.returncode == 0 and expected in result.stdout + result.stderr, result.stderr
+
+
 # -- overload: an exhausted pool is 503 with Retry-After --------------------------------------------
 
 
