@@ -243,8 +243,9 @@ async def test_an_exhausted_pool_answers_503_with_retry_after_on_both_surfaces_a
     the next requests wait ``CATALOG_POOL_WAIT_SECONDS`` and get 503 with ``Retry-After``: the
     admin API as problem JSON, ``/mcp`` as HTTP 503 with a retryable ``-32603`` whether the
     connection is first needed to authenticate (a token), before dispatch (a 2026-07-28 request)
-    or by the 2025-11-25 session transport (an anonymous session's request). Never a 500; once the
-    lock is gone the held write completes and every surface answers again."""
+    or by the 2025-11-25 session transport (an anonymous session's request), and before a stream
+    (a listen, a session's GET) begins. Never a 500; once the lock is gone the held write completes
+    and every surface answers again."""
     env = serve_env(
         database_url,
         tmp_path / "home",
@@ -301,10 +302,23 @@ async def test_an_exhausted_pool_answers_503_with_retry_after_on_both_surfaces_a
                 problem = response.json()
                 assert problem["status"] == 503 and "busy" in problem["detail"]
 
+                listen = {
+                    "jsonrpc": "2.0",
+                    "id": 4,
+                    "method": "subscriptions/listen",
+                    "params": {"_meta": envelope(), "notifications": {"resourcesListChanged": True}},
+                }
                 for request in (
                     http.post("/mcp", json=modern, headers={**modern_headers("resources/list"), **token}),
                     http.post("/mcp", json=modern, headers=modern_headers("resources/list")),
                     http.post("/mcp", json=listing, headers=session),
+                    http.post(
+                        "/mcp",
+                        json=listen,
+                        headers=modern_headers("subscriptions/listen"),
+                        timeout=WAIT_S + 10,
+                    ),
+                    http.get("/mcp", headers=session, timeout=WAIT_S + 10),
                 ):
                     response, elapsed = await timed(request)
                     assert_busy_503(response, elapsed)

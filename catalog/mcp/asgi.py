@@ -133,6 +133,11 @@ class McpEdge:
                 async with request_connection(catalog.engine, eager=True):
                     await self._authenticated(catalog, scope, receive, watched_send)
                 return
+            if is_stream_request(scope):
+                # A stream holds no pooled connection, but setting it up takes one: an exhausted
+                # pool is this 503 now rather than an error on a stream that has already begun.
+                async with catalog.engine.connect():
+                    pass
             await self._authenticated(catalog, scope, receive, watched_send)
         except Exception as exc:
             # Whatever needed the database before the response began (the pool exhausted, the
