@@ -32,26 +32,31 @@ from catalog.db.embedded import EmbeddedPostgres
 from catalog.db.engine import create_engine, probe_app_role
 from catalog.settings import ConfigError, Settings, first_line
 
-APP_POOL_SIZE = 30  # per app process; README "Deploying" does the connection arithmetic with it
 READYZ_TIMEOUT_S = 3.0  # a probe must answer promptly, whatever the database does
 COMMAND_POOL_SIZE = 2  # a CLI command: two import batches in flight (catalog.core.transfer)
 
 
-async def open_engine(settings: Settings, *, url: str | URL | None = None, pool_size: int) -> AsyncEngine:
-    """An engine on ``url`` (default: the configured database) that runs as the app role if needed."""
+async def open_engine(
+    settings: Settings, *, url: str | URL | None = None, pool_size: int | None = None
+) -> AsyncEngine:
+    """An engine on ``url`` (default: the configured database) that runs as the app role if needed;
+    ``pool_size`` defaults to ``CATALOG_POOL_SIZE`` (an app process's)."""
     target = url if url is not None else settings.async_database_url()
+    pooler = settings.behind_pooler
     return create_engine(
         target,
         statement_timeout_ms=settings.statement_timeout_ms,
-        pool_size=pool_size,
+        pool_size=settings.pool_size if pool_size is None else pool_size,
         max_overflow=0,
-        app_role=await probe_app_role(target),
+        pool_timeout=settings.pool_wait_seconds,
+        app_role=await probe_app_role(target, transaction_pooler=pooler),
+        transaction_pooler=pooler,
     )
 
 
 @contextlib.asynccontextmanager
 async def open_catalog(
-    settings: Settings, *, url: str | URL | None = None, pool_size: int = APP_POOL_SIZE
+    settings: Settings, *, url: str | URL | None = None, pool_size: int | None = None
 ) -> AsyncIterator[Catalog]:
     """The catalogue on ``url`` (default: ``settings``' database) for the duration; the engine's
     connections are closed on exit."""

@@ -10,7 +10,7 @@ import os
 import secrets
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import platformdirs
 from pydantic import Field, SecretStr, field_validator
@@ -41,6 +41,15 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CATALOG_", extra="ignore")
 
     database_url: str | None = Field(default=None, description="PostgreSQL URL (asyncpg driver)")
+    # What CATALOG_DATABASE_URL points at: PostgreSQL itself, or PgBouncer in transaction pooling
+    # mode (no session state survives a transaction: see catalog.db.engine.create_engine).
+    database_pooler: Literal["none", "pgbouncer"] = "none"
+    # The LISTEN connection needs a session of its own: straight to PostgreSQL, never a pooler.
+    listen_database_url: str | None = Field(default=None, description="direct PostgreSQL URL for LISTEN")
+    # Database connections per app process, and how long a request waits for one before it is
+    # answered 503 with Retry-After (the pool exhausted), instead of queueing until it times out.
+    pool_size: int = Field(default=30, ge=1, le=1000)
+    pool_wait_seconds: float = Field(default=10.0, gt=0, le=300)
     home: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("catalog")))
     admin_token: SecretStr | None = None
     secret_key: SecretStr | None = None
@@ -83,7 +92,7 @@ class Settings(BaseSettings):
     def _lists(cls, value: object) -> object:
         return _split_list(value)
 
-    @field_validator("database_url")
+    @field_validator("database_url", "listen_database_url")
     @classmethod
     def _database_url(cls, value: str | None) -> str | None:
         if value is None or value == "":
@@ -109,6 +118,25 @@ class Settings(BaseSettings):
         """The configured URL with the asyncpg driver, whatever driver the operator wrote."""
         assert self.database_url is not None
         return make_url(self.database_url).set(drivername="postgresql+asyncpg")
+
+    @property
+    def behind_pooler(self) -> bool:
+        return self.database_pooler != "none"
+
+    def listen_url(self) -> URL:
+        """Where the LISTEN connection goes: ``CATALOG_LISTEN_DATABASE_URL``, else the database URL.
+
+        Behind a transaction pooler there is no default: LISTEN through it would be registered on
+        a server connection that the pooler hands to other clients, and notifications would be
+        lost without an error."""
+        if self.listen_database_url is not None:
+            return make_url(self.listen_database_url)
+        if self.behind_pooler:
+            raise ConfigError(
+                f"CATALOG_LISTEN_DATABASE_URL: required with CATALOG_DATABASE_POOLER={self.database_pooler}"
+                " (the LISTEN connection must go straight to PostgreSQL)"
+            )
+        return self.async_database_url()
 
     def ensure_home(self) -> Path:
         try:

@@ -45,7 +45,13 @@ def _configure(connection: Connection) -> None:
 
 
 async def _run_async() -> None:
-    engine = create_async_engine(_url(), poolclass=NullPool)
+    # No named prepared statements (asyncpg's cache off): `catalog migrate` may run through a
+    # transaction pooler, where a name left on a server session collides with the next client's.
+    engine = create_async_engine(
+        _url(),
+        poolclass=NullPool,
+        connect_args={"statement_cache_size": 0, "prepared_statement_cache_size": 0},
+    )
     try:
         async with engine.connect() as conn:
             await conn.run_sync(_configure)

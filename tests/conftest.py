@@ -115,10 +115,32 @@ async def empty_database_url(postgres_server: PostgresServer) -> AsyncIterator[s
         await _admin(postgres_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def through_pooler(database_url: str) -> dict[str, str]:
+    """The settings that point the catalog at the test database ``database_url``: directly, or,
+    with ``CATALOG_TEST_POOLER_URL`` set (a PgBouncer in transaction mode in front of the test
+    server, with a ``*`` database entry: scripts/pgbouncer.sh), its queries through the pooler and
+    its LISTEN connection straight to the server."""
+    pooler = os.environ.get("CATALOG_TEST_POOLER_URL")
+    if not pooler:
+        return {"database_url": database_url}
+    direct = make_url(database_url)
+    via = make_url(pooler).set(drivername=direct.drivername, database=direct.database)
+    return {
+        "database_url": via.render_as_string(hide_password=False),
+        "database_pooler": "pgbouncer",
+        "listen_database_url": database_url,
+    }
+
+
+def through_pooler_env(database_url: str) -> dict[str, str]:
+    """:func:`through_pooler` as ``CATALOG_*`` environment variables, for ``catalog`` processes."""
+    return {f"CATALOG_{name.upper()}": value for name, value in through_pooler(database_url).items()}
+
+
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path) -> Settings:
     return Settings(
-        database_url=database_url,
+        **through_pooler(database_url),  # type: ignore[arg-type]
         home=tmp_path / "home",
         admin_token="cat_test-platform-admin-token",
         secret_key="test-secret-key-0123456789abcdef",

@@ -36,7 +36,7 @@ from catalog.db.engine import create_engine
 from catalog.demo import seed_demo_catalog
 from catalog.serving import CatalogServer
 from catalog.settings import Settings
-from tests.conftest import _admin, free_port
+from tests.conftest import _admin, free_port, through_pooler
 
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
@@ -58,7 +58,9 @@ class Fixture:
 async def seed(settings: Settings) -> Fixture:
     """The demo tenant plus: a hidden resource, 250 bulk resources, tokens with known grants, and a
     second tenant (whose data no demo token may see)."""
-    engine = create_engine(settings.async_database_url(), pool_size=2, max_overflow=0)
+    engine = create_engine(
+        settings.async_database_url(), pool_size=2, max_overflow=0, transaction_pooler=settings.behind_pooler
+    )
     catalog = Catalog(engine=engine, settings=settings)
     try:
         tenant = await seed_demo_catalog(catalog)
@@ -160,7 +162,7 @@ class Served:
 
 def mcp_settings(database_url: str, home: Path, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
-        "database_url": database_url,
+        **through_pooler(database_url),
         "home": home,
         "admin_token": "cat_test-platform-admin-token",
         "secret_key": "test-secret-key-0123456789abcdef",
@@ -229,7 +231,8 @@ async def served(settings: Settings) -> AsyncIterator[Served]:
     if events_lifespan not in app.state.lifespan_hooks:
         app.state.lifespan_hooks.insert(0, events_lifespan)
     with serve(app) as (base_url, loop, stop):
-        yield Served(base_url, app, fixture, loop, settings.database_url or "", stop)
+        direct = settings.listen_database_url or settings.database_url or ""  # not through a pooler
+        yield Served(base_url, app, fixture, loop, direct, stop)
 
 
 async def all_pages(client: Client, method: str = "resources") -> tuple[list[Any], list[Any]]:

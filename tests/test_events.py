@@ -302,7 +302,9 @@ async def test_lifespan_hook_installs_and_shuts_down_promptly(
     settings: Settings, conn: asyncpg.Connection
 ) -> None:
     tenant = await make_tenant(conn, "acme")
-    engine = create_engine(settings.async_database_url(), pool_size=1, max_overflow=0)
+    engine = create_engine(
+        settings.async_database_url(), pool_size=1, max_overflow=0, transaction_pooler=settings.behind_pooler
+    )
     catalog = Catalog(engine=engine, settings=settings)
     try:
         async with events_lifespan(catalog, anyio.Event()) as listener:
@@ -335,7 +337,9 @@ async def test_readyz_reports_the_listener(settings: Settings) -> None:
 async def test_the_shutdown_signal_closes_every_subscription_first(settings: Settings) -> None:
     """The app's one shutdown signal (set by the server before it waits for open connections, see
     ``catalog.serving``) ends every subscription while the hub itself is still up."""
-    engine = create_engine(settings.async_database_url(), pool_size=1, max_overflow=0)
+    engine = create_engine(
+        settings.async_database_url(), pool_size=1, max_overflow=0, transaction_pooler=settings.behind_pooler
+    )
     catalog = Catalog(engine=engine, settings=settings)
     stopping = anyio.Event()
     try:

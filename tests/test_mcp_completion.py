@@ -37,7 +37,9 @@ async def srv(postgres_server: Any, template_database: str, tmp_path_factory: An
 
 async def _more(settings: Any) -> None:
     """A two-variable template with 150 files in dir ``big`` and two in ``small``."""
-    engine = create_engine(settings.async_database_url(), pool_size=1, max_overflow=0)
+    engine = create_engine(
+        settings.async_database_url(), pool_size=1, max_overflow=0, transaction_pooler=settings.behind_pooler
+    )
     catalog = Catalog(engine=engine, settings=settings)
     system = Principal.system("tests")
     try:

@@ -49,7 +49,9 @@ async def srv(postgres_server: Any, template_database: str, tmp_path: Path) -> A
 async def writer(srv: Served) -> AsyncIterator[Any]:
     """Writes through the core on the test's own engine, as a curator (any process) would."""
     settings = srv.app.state.settings
-    engine = create_engine(settings.async_database_url(), pool_size=1, max_overflow=0)
+    engine = create_engine(
+        settings.async_database_url(), pool_size=1, max_overflow=0, transaction_pooler=settings.behind_pooler
+    )
     catalog = Catalog(engine=engine, settings=settings)
     tenant: Tenant = srv.fixture.tenant
 
@@ -195,7 +197,12 @@ async def test_raw_stream_is_sse_tagged_with_the_listen_id_and_ends_gracefully_o
 ) -> None:
     async with module_database(postgres_server, template_database) as url:
         settings = mcp_settings(url, tmp_path)
-        engine = create_engine(settings.async_database_url(), pool_size=1, max_overflow=0)
+        engine = create_engine(
+            settings.async_database_url(),
+            pool_size=1,
+            max_overflow=0,
+            transaction_pooler=settings.behind_pooler,
+        )
         try:
             async with served(settings) as s:
                 catalog = Catalog(engine=engine, settings=settings)

@@ -39,7 +39,9 @@ async def srv(postgres_server: Any, template_database: str, tmp_path: Path) -> A
 
 async def touch_watched(srv: Served, text: str) -> None:
     settings = srv.app.state.settings
-    engine = create_engine(settings.async_database_url(), pool_size=1, max_overflow=0)
+    engine = create_engine(
+        settings.async_database_url(), pool_size=1, max_overflow=0, transaction_pooler=settings.behind_pooler
+    )
     try:
         body = {
             "uri": "test://watched-resource",

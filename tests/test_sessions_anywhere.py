@@ -45,6 +45,7 @@ from mcp.shared.exceptions import MCPError
 from sqlalchemy.engine import make_url
 
 from catalog.mcp.context import CONSENT_DECLINED
+from tests.conftest import through_pooler_env
 from tests.mcp_helpers import LegacyInbox, module_database
 from tests.processes import Served, catalog_env, serving, started, worker_of
 
@@ -79,7 +80,7 @@ STEPS = (
 
 def serve_env(database_url: str, home: Path, **extra: str) -> dict[str, str]:
     return catalog_env(
-        CATALOG_DATABASE_URL=database_url,
+        **through_pooler_env(database_url),
         CATALOG_HOME=str(home),
         CATALOG_ADMIN_TOKEN=ADMIN_TOKEN,
         CATALOG_SECRET_KEY=SECRET,

@@ -22,6 +22,7 @@ from catalog.core.errors import (
     InsufficientScope,
     Unauthenticated,
     database_unavailable,
+    pool_exhausted,
 )
 
 logger = logging.getLogger("catalog.admin")
@@ -137,6 +138,8 @@ def install_problem_handlers(app: FastAPI) -> None:
             raise exc
         logger.warning("admin %s %s: database unavailable: %r", request.method, request.url.path, exc)
         detail = "the database is unavailable or too slow right now; retry later"
+        if pool_exhausted(exc):
+            detail = "every database connection of this server is busy; retry later"
         return problem_response(503, "Service unavailable", detail, headers={"Retry-After": "1"})
 
     for kind in UNAVAILABLE_EXCEPTION_TYPES:

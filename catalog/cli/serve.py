@@ -63,6 +63,8 @@ def serve_command(args: argparse.Namespace) -> int:
 
     settings = get_settings()
     settings.ensure_home()
+    if settings.behind_pooler:
+        settings.listen_url()  # it must be set: one line now, not a failure in every worker
     sock = _bind(args.host, args.port)
     # Until uvicorn runs, SIGTERM unwinds through the finally blocks (which stop the embedded
     # PostgreSQL) instead of killing the process mid-way.

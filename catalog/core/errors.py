@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The one classification of "the database cannot serve now" (a 503 and a retry, not a bug), kept
+# The one classification of "the database cannot serve now" (a 503 and a retry, not a bug; and of
+# those, "every pooled connection is busy"), kept
 # with the SQL it inspects and offered here, where the surfaces take the core's errors from.
 from catalog.db.engine import database_unavailable as database_unavailable
+from catalog.db.engine import pool_exhausted as pool_exhausted
 
 
 @dataclass(frozen=True)

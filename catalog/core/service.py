@@ -45,7 +45,7 @@ class Catalog:
         return self.settings.platform_admin_token()[0]
 
     @contextlib.asynccontextmanager
-    async def request_connection(self) -> AsyncIterator[None]:
+    async def request_connection(self, *, eager: bool = False) -> AsyncIterator[None]:
         """One pooled connection for the whole of a short request (``catalog.db.engine.request_connection``)."""
-        async with request_connection(self.engine):
+        async with request_connection(self.engine, eager=eager):
             yield

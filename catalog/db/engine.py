@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import asyncpg
 from sqlalchemy import event, text
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 APP_ROLE = "catalog_app"
@@ -40,31 +40,60 @@ def create_engine(
     statement_timeout_ms: int = 15_000,
     pool_size: int = 30,
     max_overflow: int = 0,
+    pool_timeout: float | None = None,
     app_role: str | None = None,
+    transaction_pooler: bool = False,
 ) -> AsyncEngine:
     """An asyncpg engine; ``app_role`` (see ``probe_app_role``) makes RLS apply to a superuser too.
 
     A fixed pool of up to ``pool_size`` connections, opened on demand and kept: overflow
     connections are opened and closed per checkout, which under steady concurrency above the pool
     size costs a PostgreSQL connection start-up per request; waiting for a pooled one is cheaper.
+    A checkout waits ``pool_timeout`` seconds at most, then raises ``sqlalchemy.exc.TimeoutError``
+    (``pool_exhausted``), which both surfaces answer with 503 and ``Retry-After``.
+
+    ``transaction_pooler``: ``url`` is PgBouncer in transaction mode, where consecutive
+    transactions of one client connection run on different server sessions. So no state may
+    outlive a transaction: no named prepared statements (asyncpg's statement cache off: every
+    statement is an unnamed one that asyncpg parses again in the same message batch as each
+    execution; SQLAlchemy's own cache of those statement objects stays on, which spares the
+    separate prepare round trip of a repeated statement), and the role and the statement timeout,
+    otherwise startup parameters of the session (which PgBouncer refuses), are set at the start of
+    every transaction, transaction-locally (``_bind_session``).
     """
-    server_settings = {"application_name": "catalog", "statement_timeout": str(statement_timeout_ms)}
-    if app_role:
-        server_settings["role"] = app_role
+    server_settings = {"application_name": "catalog"}
+    connect_args: dict[str, object] = {"command_timeout": 60, "timeout": CONNECT_TIMEOUT_S}
+    if transaction_pooler:
+        connect_args |= {"statement_cache_size": 0}
+    else:
+        server_settings["statement_timeout"] = str(statement_timeout_ms)
+        if app_role:
+            server_settings["role"] = app_role
     engine = create_async_engine(
         make_url(url).set(drivername="postgresql+asyncpg"),
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_recycle=1800,
-        pool_timeout=POOL_TIMEOUT_S,
-        connect_args={
-            "server_settings": server_settings,
-            "command_timeout": 60,
-            "timeout": CONNECT_TIMEOUT_S,
-        },
+        pool_timeout=POOL_TIMEOUT_S if pool_timeout is None else pool_timeout,
+        connect_args={"server_settings": server_settings, **connect_args},
     )
     event.listen(engine.sync_engine, "checkout", _refuse_closed_connection)
+    if transaction_pooler:
+        session = {"role": app_role or "", "statement_timeout": str(statement_timeout_ms)}
+        event.listen(engine.sync_engine, "begin", lambda conn: _bind_session(conn, session))
     return engine
+
+
+_BIND_SESSION = (
+    "SELECT set_config('statement_timeout', $1, true),"
+    " CASE WHEN $2 <> '' THEN set_config('role', $2, true) END"
+)
+
+
+def _bind_session(conn: Connection, session: dict[str, str]) -> None:
+    """What a session would carry, for one transaction behind a transaction pooler (one round trip
+    more per transaction; the first statement of the transaction, so everything after obeys it)."""
+    conn.exec_driver_sql(_BIND_SESSION, (session["statement_timeout"], session["role"]))
 
 
 def _refuse_closed_connection(dbapi_connection: object, _record: object, _proxy: object) -> None:
@@ -90,6 +119,21 @@ POOL_TIMEOUT_S = 10.0
 _UNAVAILABLE_SQLSTATE_CLASSES = ("08", "53", "57")
 
 
+def pool_exhausted(exc: BaseException) -> bool:
+    """Whether ``exc`` is a request that waited its limit for a pooled connection: every one busy
+    (overload, or statements held up in the database), as opposed to the database being down."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, sa_exc.TimeoutError):
+            return True
+        if isinstance(current, BaseExceptionGroup):
+            return bool(current.exceptions) and all(pool_exhausted(e) for e in current.exceptions)
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def database_unavailable(exc: BaseException) -> bool:
     """Whether ``exc`` is the database being unreachable, shutting down or too slow (a 503 / retry),
     as opposed to a bug or bad input. The one classification both surfaces use."""
@@ -100,6 +144,11 @@ def database_unavailable(exc: BaseException) -> bool:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
+        if isinstance(current, BaseExceptionGroup):
+            # A task group's failure (the SDK's, anyio's) is the database's only if all of it is.
+            if current.exceptions and all(database_unavailable(e) for e in current.exceptions):
+                return True
+            continue
         if isinstance(current, sa_exc.DBAPIError) and current.connection_invalidated:
             return True
         if isinstance(
@@ -123,13 +172,13 @@ def database_unavailable(exc: BaseException) -> bool:
     return False
 
 
-async def probe_app_role(url: str | URL) -> str | None:
+async def probe_app_role(url: str | URL, *, transaction_pooler: bool = False) -> str | None:
     """The role to run as so that row-level security binds even a superuser login.
 
     Superusers bypass RLS, even forced; ordinary table owners do not (the tables FORCE it). So we
     switch role only when logged in as a superuser and the migration could create the role.
     """
-    engine = create_engine(url, pool_size=1, max_overflow=0)
+    engine = create_engine(url, pool_size=1, max_overflow=0, transaction_pooler=transaction_pooler)
     try:
         async with engine.connect() as conn:
             row = (
@@ -161,15 +210,20 @@ _request_connection: ContextVar[_RequestConnection | None] = ContextVar(
 
 
 @contextlib.asynccontextmanager
-async def request_connection(engine: AsyncEngine) -> AsyncIterator[None]:
+async def request_connection(engine: AsyncEngine, *, eager: bool = False) -> AsyncIterator[None]:
     """One pooled connection for the whole of a short request, like a session per request.
 
     The transactions (``transaction``) and self-scoped statements (``self_scoped_driver``) the
     request runs on ``engine`` use it in turn instead of checking out a connection each; one that
     finds it busy (a concurrent task of the same request) checks out its own. Only for requests
     that end promptly: a stream must not hold a pooled connection for its lifetime.
+
+    ``eager``: check it out now, so that an exhausted pool fails here, before the request is
+    handed to code that would answer the failure inside a response (a JSON-RPC error with 200).
     """
     held = _RequestConnection(engine)
+    if eager:
+        held.conn = await engine.connect()
     token = _request_connection.set(held)
     try:
         yield

@@ -37,7 +37,13 @@ def head_revision() -> str:
 
 
 async def current_revision(url: str | URL) -> str | None:
-    engine = create_async_engine(make_url(url).set(drivername="postgresql+asyncpg"), poolclass=NullPool)
+    # No named prepared statements: this check may run through a transaction pooler (serve's
+    # start-up), where a name left on a server session collides with the next client's.
+    engine = create_async_engine(
+        make_url(url).set(drivername="postgresql+asyncpg"),
+        poolclass=NullPool,
+        connect_args={"statement_cache_size": 0, "prepared_statement_cache_size": 0},
+    )
     try:
         async with engine.connect() as conn:
             return await conn.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())

@@ -43,7 +43,7 @@ logger = logging.getLogger("catalog.events")
 @contextlib.asynccontextmanager
 async def events_lifespan(catalog: Catalog, stopping: anyio.Event) -> AsyncIterator[ChangeListener]:
     hub = EventHub()
-    listener = ChangeListener(listener_dsn(catalog.settings.async_database_url()), hub)
+    listener = ChangeListener(listener_dsn(catalog.settings.listen_url()), hub)
     catalog.event_hub = hub
     catalog.event_listener = listener
     catalog.readiness_probes["events"] = listener.status

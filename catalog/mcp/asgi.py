@@ -26,13 +26,13 @@ from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_PROTOCOL_VERSION_HEADER
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from catalog.auth import anonymous_principal, authenticate_request
 from catalog.auth.challenges import bearer_challenge
 from catalog.auth.quotas import StreamQuotas
 from catalog.auth.refusals import RATE_LIMITED, refusal
-from catalog.core.errors import Unauthenticated, database_unavailable
+from catalog.core.errors import Unauthenticated, database_unavailable, pool_exhausted
 from catalog.core.principal import Principal
 from catalog.core.service import Catalog
 from catalog.mcp.context import MCP_PATH, PRINCIPAL_STATE_KEY
@@ -44,6 +44,7 @@ logger = logging.getLogger("catalog.mcp")
 
 PRINCIPAL_CACHE_SECONDS = 10.0
 STREAM_RETRY_AFTER_S = 5
+BUSY_MESSAGE = "Service unavailable: every database connection of this server is busy; retry later"
 
 
 class EdgeHost(Protocol):
@@ -80,12 +81,14 @@ def is_stream_request(scope: Scope) -> bool:
     return is_modern_request(scope) and Headers(scope=scope).get(MCP_METHOD_HEADER) == "subscriptions/listen"
 
 
-def unavailable_response() -> JSONResponse:
-    """A database failure before dispatch (authentication): HTTP 503 with a ``-32603`` body."""
+def unavailable_response(busy: bool = False) -> JSONResponse:
+    """A database failure before the response began: HTTP 503 with a ``-32603`` body (``busy``:
+    every pooled connection in use, see ``catalog.db.engine.pool_exhausted``)."""
+    message = BUSY_MESSAGE if busy else UNAVAILABLE_MESSAGE
     body = {
         "jsonrpc": "2.0",
         "id": None,
-        "error": {"code": types.INTERNAL_ERROR, "message": UNAVAILABLE_MESSAGE, "data": {"retryable": True}},
+        "error": {"code": types.INTERNAL_ERROR, "message": message, "data": {"retryable": True}},
     }
     return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
 
@@ -114,13 +117,35 @@ class McpEdge:
         if scope["type"] != "http" or catalog is None:
             await JSONResponse({"error": "starting"}, status_code=503)(scope, receive, send)
             return
-        if is_short_modern_request(scope):
-            # Answered inline, so the token lookup and the handler's transactions share one pooled
-            # connection instead of checking out one each.
-            async with catalog.request_connection():
-                await self._authenticated(catalog, scope, receive, send)
-            return
-        await self._authenticated(catalog, scope, receive, send)
+        started = False
+
+        async def watched_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            if is_short_modern_request(scope):
+                # Answered inline, so the token lookup and the handler's transactions share one
+                # pooled connection instead of checking out one each; taken before anything runs,
+                # so an exhausted pool is this 503, not a JSON-RPC error inside a 200.
+                async with catalog.request_connection(eager=True):
+                    await self._authenticated(catalog, scope, receive, watched_send)
+                return
+            if is_stream_request(scope):
+                # A stream holds no pooled connection, but setting it up takes one: an exhausted
+                # pool is this 503 now rather than an error on a stream that has already begun.
+                async with catalog.engine.connect():
+                    pass
+            await self._authenticated(catalog, scope, receive, watched_send)
+        except Exception as exc:
+            # Whatever needed the database before the response began (the pool exhausted, the
+            # database down) is 503 with Retry-After; once a response or stream has started, its
+            # status is sent and the failure is the transport's to report.
+            if started or not database_unavailable(exc):
+                raise
+            logger.warning("mcp: database unavailable: %r", exc)
+            await unavailable_response(pool_exhausted(exc))(scope, receive, send)
 
     async def _authenticated(self, catalog: Catalog, scope: Scope, receive: Receive, send: Send) -> None:
         authorization = Headers(scope=scope).get("authorization")
@@ -135,7 +160,7 @@ class McpEdge:
             if not database_unavailable(exc):
                 raise
             logger.warning("mcp: database unavailable while authenticating: %r", exc)
-            await unavailable_response()(scope, receive, send)
+            await unavailable_response(pool_exhausted(exc))(scope, receive, send)
             return
         if principal is None:
             detail = "this endpoint needs a bearer token"
