@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import StreamingResponse
 
 from catalog.admin.deps import MAX_ID, AdminTenantDep, CatalogDep, Cursor, LimitDep, PrincipalDep
 from catalog.core import audit, changes
@@ -38,3 +43,79 @@ async def list_changes(
     """The change feed, oldest first after ``after``. Poll again with ``after=lastSeq``;
     ``nextCursor`` is present when more changes are waiting right now."""
     return await changes.list_changes(catalog, tenant, after=after, limit=limit)
+
+
+STREAM_IDLE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
+POLL_S = 1.0  # without a live event hub (none in this process), the feed is read this often
+LastEventId = Annotated[
+    str | None,
+    Header(
+        alias="Last-Event-ID", max_length=20, pattern=r"^[0-9]{1,19}$", description="resume after this seq"
+    ),
+]
+
+
+@router.get(
+    "/changes/stream",
+    response_class=StreamingResponse,
+    responses={200: {"description": "server-sent events", "content": {"text/event-stream": {}}}},
+)
+async def stream_changes(
+    tenant: AdminTenantDep,
+    catalog: CatalogDep,
+    principal: PrincipalDep,
+    last_event_id: LastEventId = None,
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_ID, description="start after this seq (default: from now on)")
+    ] = None,
+) -> StreamingResponse:
+    """The change feed as server-sent events: one ``change`` event per change, ``id:`` its seq and
+    ``data:`` the change as ``/changes`` lists it. Reconnecting with ``Last-Event-ID`` (browsers do
+    it by themselves) resumes after that seq, missing nothing; without it or ``after`` the stream
+    starts with the next change. Same tenant scoping as ``/changes``. The stream ends when the
+    credential expires or the server stops."""
+    if last_event_id is not None:
+        start = int(last_event_id)
+    elif after is not None:
+        start = after
+    else:
+        start = await changes.latest_seq(catalog, tenant)
+    hub = catalog.event_hub
+    # Subscribed before the first read of the feed, so nothing falls between the two.
+    subscription = hub.subscribe(tenant.id) if hub is not None else None
+    expires_at = principal.expires_at
+
+    async def wait() -> bool | None:
+        timeout = STREAM_IDLE_S if subscription is not None else POLL_S
+        if expires_at is not None:
+            left = (expires_at - datetime.now(UTC)).total_seconds()
+            if left <= 0:
+                return False
+            timeout = min(timeout, left)
+        if subscription is None:
+            await asyncio.sleep(timeout)
+            return True
+        try:
+            async with asyncio.timeout(timeout):
+                return await subscription.next_batch() is not None
+        except TimeoutError:
+            return None
+
+    async def events() -> AsyncIterator[str]:
+        try:
+            yield f"retry: 1000\n: following {tenant.slug} after {start}\n\n"
+            async for change in changes.follow_changes(catalog, tenant, after=start, wait=wait):
+                if change is None:
+                    yield ": idle\n\n"
+                else:
+                    data = json.dumps(change.dump(), separators=(",", ":"))
+                    yield f"id: {change.seq}\nevent: change\ndata: {data}\n\n"
+        finally:
+            if subscription is not None:
+                subscription.close()
+
+    return StreamingResponse(
+        events(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )

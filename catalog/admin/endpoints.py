@@ -6,11 +6,22 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI
 
-from catalog.admin import activity, blobs, grants, platform, resources, templates, tenants, tokens
+from catalog.admin import (
+    activity,
+    blobs,
+    grants,
+    platform,
+    resources,
+    templates,
+    tenants,
+    tokens,
+    tree,
+    whoami,
+)
 from catalog.admin.problems import PROBLEM_MEDIA_TYPE, install_problem_handlers
 
 PREFIX = "/admin/v1"
-ROUTERS = (tenants, resources, blobs, templates, grants, tokens, activity, platform)
+ROUTERS = (whoami, tenants, tree, resources, blobs, templates, grants, tokens, activity, platform)
 
 
 def install(app: FastAPI) -> None:
