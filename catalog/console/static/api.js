@@ -75,7 +75,7 @@ export function upload(slug, file, onProgress) {
 
 // The change feed as server-sent events, read with fetch (EventSource cannot send the token).
 // Reconnects by itself with Last-Event-ID, so nothing is missed across a drop.
-export function follow(slug, onChange) {
+export function follow(slug, onChange, onState = () => {}) {
   const controller = new AbortController();
   let last = null;
   let stopped = false;
@@ -88,6 +88,7 @@ export function follow(slug, onChange) {
           signal: controller.signal,
         });
         if (!response.ok) return; // refused (403, 404): nothing to follow
+        onState(true);
         const reader = response.body.getReader();
         const decoder = new TextDecoder();
         let buffer = "";
@@ -113,6 +114,7 @@ export function follow(slug, onChange) {
       } catch (err) {
         if (stopped) return;
       }
+      onState(false);
       await new Promise((r) => setTimeout(r, 1000));
     }
   }

@@ -118,7 +118,8 @@ function signOut() {
 function followTenant(slug) {
   if (following.slug === slug) return;
   if (following.stop) following.stop();
-  following = { slug, stop: slug ? follow(slug, showChange) : null };
+  document.body.dataset.live = "off";
+  following = { slug, stop: slug ? follow(slug, showChange, (on) => { document.body.dataset.live = on ? "on" : "off"; }) : null };
 }
 
 function showChange(change) {
@@ -251,14 +252,16 @@ async function browsePage(slug, params) {
   const search = h("input", { type: "search", id: "search", name: "q", value: q, placeholder: "words in name, URI or text" });
   const tagIn = h("input", { id: "filter-tag", name: "tag", value: tag, size: 12 });
   const mimeIn = h("input", { id: "filter-mime", name: "mimeType", value: mime, size: 14, placeholder: "image/*" });
-  const prefixIn = h("input", { id: "filter-prefix", name: "prefix", value: prefix, size: 28 });
+  // A search covers the whole tenant unless a prefix is typed; filters alone keep the folder.
+  const prefixIn = h("input", { id: "filter-prefix", name: "prefix", value: q ? prefix : "", size: 28, placeholder: prefix && !q ? "this folder" : "any" });
   const form = h("form", { class: "inline", id: "filters", role: "search" },
     field("Search", search), field("Prefix", prefixIn), field("Tag", tagIn), field("MIME type", mimeIn),
     h("button", { type: "submit" }, "Apply"),
     h("a", { class: "button", href: `#/t/${enc(slug)}/new${qs({ prefix })}` }, "New resource"));
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    go({ q: search.value.trim(), tag: tagIn.value.trim(), mimeType: mimeIn.value.trim(), prefix: prefixIn.value });
+    const words = search.value.trim();
+    go({ q: words, tag: tagIn.value.trim(), mimeType: mimeIn.value.trim(), prefix: prefixIn.value || (words ? "" : prefix) });
   });
   const crumbs = h("nav", { class: "crumbs", "aria-label": "Folder" },
     link(slug, `#/t/${enc(slug)}/browse${qs({ tag, mimeType: mime })}`),
