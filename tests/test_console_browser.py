@@ -210,10 +210,10 @@ async def test_sign_in_and_find_a_resource_among_ten_thousand_by_tree_and_by_sea
     await page.click("#listing a:text-is('d07/')")
     await page.wait_for_selector("#listing a:text-is('item-01400.txt')")
     assert len(await listing_rows(page)) == 100 and await page.is_visible("#more")
+    await shot(page, "browse", readme=True)
     await page.click("#more")  # the next keyset page of the folder
     await page.wait_for_selector("#listing a:text-is('item-01599.txt')")
     assert len(await listing_rows(page)) == PER_FOLDER and not await page.is_visible("#more")
-    await shot(page, "browse", readme=True)
     # A word that occurs only in one resource's text, not in any name or URI.
     await page.fill("#search", "zebra04321")
     await page.press("#search", "Enter")
@@ -490,3 +490,26 @@ async def test_docs_and_redoc_work_without_internet(page: Any, server: Served) -
     await page.goto(f"{server.base_url}/redoc")
     await page.wait_for_selector("h1:has-text('catalog')", timeout=20_000)
     assert outside == []
+
+
+async def test_a_template_is_previewed_live_while_written(
+    page: Any, server: Served, api: httpx.AsyncClient
+) -> None:
+    await sign_in(page, server)
+    await open_hash(page, server, f"/t/{TENANT}/templates")
+    await page.click("#new-template")
+    await page.fill("#tpl-uri", "file:///users/{id}.json")
+    await page.fill("#tpl-name", "user")
+    await page.fill("#tpl-mime", "application/json")
+    await page.fill("#tpl-text", '{"user": "{id}"}')
+    await page.fill("#tpl-arg-id", 'ann"e')
+    # Rendered as resources/read would: the value escaped for JSON, the URI percent-encoded.
+    await page.wait_for_selector('#tpl-preview-text:text-is(\'{"user": "ann\\\\"e"}\')')
+    assert await page.inner_text("#tpl-preview-uri") == "file:///users/ann%22e.json"
+    await shot(page, "templates", readme=True)
+    await page.click("#tpl-save")
+    await page.wait_for_selector("#templates code:text-is('file:///users/{id}.json')")
+    stored = (await api.get(f"/tenants/{TENANT}/templates")).json()["items"]
+    assert [(t["uriTemplate"], t["text"]) for t in stored] == [
+        ("file:///users/{id}.json", '{"user": "{id}"}')
+    ]
