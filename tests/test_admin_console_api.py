@@ -404,3 +404,22 @@ async def test_stream_is_scoped_to_the_tenant(client: httpx.AsyncClient, tenant:
 async def test_stream_refuses_a_malformed_last_event_id(client: httpx.AsyncClient, tenant: str) -> None:
     response = await client.get(f"{API}/tenants/{tenant}/changes/stream", headers={"Last-Event-ID": "abc"})
     assert_problem(response, 422)
+
+
+async def test_stream_ends_when_its_token_is_revoked(live: httpx.AsyncClient) -> None:
+    """Like an MCP listen stream, the change stream holds its credential (AUTH: revocation)."""
+    token = (await live.post(f"{API}/tenants/acme/tokens", json={"admin": True})).json()
+    async with live.stream(
+        "GET", f"{API}/tenants/acme/changes/stream", headers=bearer(token["token"])
+    ) as response:
+        assert response.status_code == 200
+        lines = response.aiter_lines()
+        assert (await asyncio.wait_for(anext(lines), 10)).startswith("retry:")
+        revoked = await live.delete(f"{API}/tenants/acme/tokens/{token['id']}")
+        assert revoked.status_code == 204
+
+        async def drain() -> list[str]:
+            return [line async for line in lines]
+
+        rest = await asyncio.wait_for(drain(), 10)  # the server ends the stream
+    assert not any(line.startswith("data:") for line in rest)

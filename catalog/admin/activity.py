@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query
@@ -83,36 +83,42 @@ async def stream_changes(
     hub = catalog.event_hub
     # Subscribed before the first read of the feed, so nothing falls between the two.
     subscription = hub.subscribe(tenant.id) if hub is not None else None
-    expires_at = principal.expires_at
-
-    async def wait() -> bool | None:
-        timeout = STREAM_IDLE_S if subscription is not None else POLL_S
-        if expires_at is not None:
-            left = (expires_at - datetime.now(UTC)).total_seconds()
-            if left <= 0:
-                return False
-            timeout = min(timeout, left)
-        if subscription is None:
-            await asyncio.sleep(timeout)
-            return True
-        try:
-            async with asyncio.timeout(timeout):
-                return await subscription.next_batch() is not None
-        except TimeoutError:
-            return None
+    credentials = catalog.credential_watch
 
     async def events() -> AsyncIterator[str]:
-        try:
-            yield f"retry: 1000\n: following {tenant.slug} after {start}\n\n"
-            async for change in changes.follow_changes(catalog, tenant, after=start, wait=wait):
-                if change is None:
-                    yield ": idle\n\n"
-                else:
-                    data = json.dumps(change.dump(), separators=(",", ":"))
-                    yield f"id: {change.seq}\nevent: change\ndata: {data}\n\n"
-        finally:
-            if subscription is not None:
-                subscription.close()
+        # The stream holds its credential: revoked or expired, it ends (as MCP listen streams do).
+        with credentials.hold(principal) if credentials is not None else contextlib.nullcontext() as hold:
+            ended = asyncio.ensure_future(hold.ended()) if hold is not None else asyncio.Future()
+
+            async def wait() -> bool | None:
+                waiting = (
+                    asyncio.ensure_future(subscription.next_batch())
+                    if subscription is not None
+                    else asyncio.ensure_future(asyncio.sleep(POLL_S, result=True))
+                )
+                done, _ = await asyncio.wait(
+                    {waiting, ended}, timeout=STREAM_IDLE_S, return_when=asyncio.FIRST_COMPLETED
+                )
+                if ended in done:
+                    waiting.cancel()
+                    return False
+                if waiting not in done:
+                    waiting.cancel()
+                    return None  # idle: a keep-alive comment
+                return waiting.result() is not None
+
+            try:
+                yield f"retry: 1000\n: following {tenant.slug} after {start}\n\n"
+                async for change in changes.follow_changes(catalog, tenant, after=start, wait=wait):
+                    if change is None:
+                        yield ": idle\n\n"
+                    else:
+                        data = json.dumps(change.dump(), separators=(",", ":"))
+                        yield f"id: {change.seq}\nevent: change\ndata: {data}\n\n"
+            finally:
+                ended.cancel()
+                if subscription is not None:
+                    subscription.close()
 
     return StreamingResponse(
         events(),
