@@ -501,7 +501,8 @@ class TreeEntry:
     record: ResourceRecord | None = None
 
 
-TREE_BATCH = 200
+TREE_BATCH = 200  # rows per read in a run of resources
+TREE_FIRST_BATCH = 16
 
 
 async def tree_page(
@@ -517,8 +518,9 @@ async def tree_page(
     """One keyset page of the folder at ``prefix``: its sub-folders and its resources, in URI order.
 
     A skip scan: rows are read in URI order a batch at a time, and on meeting a folder the scan
-    jumps past everything under it (to the folder's upper bound), so a page costs one index probe
-    per entry shown, however many resources the folders hold. The same visibility rule and filters
+    jumps past everything under it (to the folder's upper bound) with a one-row probe, so a page
+    costs at most one index probe per folder shown, however many resources the folders hold, and
+    a few batched reads for the resources shown. The same visibility rule and filters
     as the flat listing apply; a folder appears only if something visible is under it.
     """
     listing = f"admin.tree:{prefix}"
@@ -537,11 +539,12 @@ async def tree_page(
         if visibility.nothing:
             return entries, None
         done = False
+        size = TREE_FIRST_BATCH
         while not done and len(entries) <= limit:
             batch = await rows.page_rows(
-                conn, visibility, after=after, limit=TREE_BATCH, filters=filters, inclusive=inclusive
+                conn, visibility, after=after, limit=size, filters=filters, inclusive=inclusive
             )
-            done = len(batch) < TREE_BATCH
+            done = len(batch) < size
             skip_under: str | None = None
             for record in batch:
                 if skip_under is not None and record.uri.startswith(skip_under):
@@ -562,12 +565,17 @@ async def tree_page(
                 if len(entries) > limit:
                     break
             if skip_under is not None and not done:
-                # The batch ended inside a folder: continue after it, not through it.
+                # The batch ended inside a folder: continue after it, not through it, with a probe
+                # of one row (the next entry may be another folder: reading more would be waste).
                 upper = uri_prefix_upper_bound(skip_under)
                 if upper is None:
                     done = True
                 else:
                     after, inclusive = upper, True
+                size = 1
+            else:
+                # A run of resources: read more of them at a time.
+                size = min(TREE_BATCH, max(size * 4, TREE_FIRST_BATCH))
     if len(entries) <= limit:
         return entries, None
     entries = entries[:limit]
