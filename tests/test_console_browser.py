@@ -27,6 +27,7 @@ import pytest
 import pytest_asyncio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from playwright.async_api import async_playwright  # the `test` extra installs it
 
 from .conftest import _admin
 from .mcp_helpers import MODERN
@@ -40,7 +41,6 @@ pytestmark = [
     ),
     pytest.mark.asyncio(loop_scope="session"),
 ]
-playwright_api = pytest.importorskip("playwright.async_api") if CHROMIUM.exists() else None
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "cat_console-browser-test-platform-admin"
@@ -126,7 +126,7 @@ async def api(server: Served) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def browser() -> AsyncIterator[Any]:
-    async with playwright_api.async_playwright() as driver:
+    async with async_playwright() as driver:
         chromium = await driver.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
         try:
             yield chromium
