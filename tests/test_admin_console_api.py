@@ -223,9 +223,11 @@ async def test_search_respects_the_other_filters(client: httpx.AsyncClient, tena
     assert [r["uri"] for r in items] == ["file:///a/x"]
 
 
-async def test_text_search_uses_the_index(
+async def test_text_search_expression_matches_its_index(
     client: httpx.AsyncClient, tenant: str, db: asyncpg.Connection
 ) -> None:
+    """The query's expression is the index's (as a superuser, outside the RLS wall: under the app
+    role PostgreSQL does not use it, since ``@@`` is not leakproof; see BENCHMARKS.md, Open)."""
     await db.execute("SET enable_seqscan = off")
     plan = await db.fetch(
         "EXPLAIN SELECT uri FROM resources WHERE text IS NOT NULL AND "
@@ -338,6 +340,18 @@ async def test_grant_preview_counts_what_a_scope_sees(client: httpx.AsyncClient,
 
 async def test_grant_preview_needs_a_scope(client: httpx.AsyncClient, tenant: str) -> None:
     assert_problem(await client.get(f"{API}/tenants/{tenant}/grants/preview"), 422)
+
+
+async def test_changes_tail_answers_the_latest_changes_oldest_first(
+    client: httpx.AsyncClient, tenant: str
+) -> None:
+    for i in range(5):
+        await create_resource(client, tenant, uri=f"file:///t/{i}", text="x")
+    page = (await client.get(f"{API}/tenants/{tenant}/changes", params={"tail": 2})).json()
+    assert [c["uri"] for c in page["items"]] == ["file:///t/3", "file:///t/4"]
+    assert page["lastSeq"] == page["items"][-1]["seq"] and "nextCursor" not in page
+    both = await client.get(f"{API}/tenants/{tenant}/changes", params={"tail": 2, "after": 1})
+    assert_problem(both, 422, "/tail")
 
 
 # -- the change stream ----------------------------------------------------------------------------

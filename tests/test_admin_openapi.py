@@ -61,7 +61,7 @@ async def test_bodies_and_responses_are_typed_in_camel_case(anon: httpx.AsyncCli
     assert upload["requestBody"]["content"]["*/*"]["schema"]["format"] == "binary"
     assert {"200", "201", "413"} <= set(upload["responses"])
     changes = spec["paths"]["/admin/v1/tenants/{slug}/changes"]["get"]
-    assert {p["name"] for p in changes["parameters"]} == {"slug", "after", "limit"}
+    assert {p["name"] for p in changes["parameters"]} == {"slug", "after", "limit", "tail"}
 
 
 async def test_docs_page_is_served(anon: httpx.AsyncClient) -> None:

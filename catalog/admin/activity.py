@@ -13,6 +13,7 @@ from fastapi.responses import StreamingResponse
 
 from catalog.admin.deps import MAX_ID, AdminTenantDep, CatalogDep, Cursor, LimitDep, PrincipalDep
 from catalog.core import audit, changes
+from catalog.core.errors import FieldError, InvalidInput
 from catalog.core.schemas import AuditEntryOut, ChangesPage, Page
 
 router = APIRouter(prefix="/tenants/{slug}", tags=["activity"])
@@ -39,9 +40,23 @@ async def list_changes(
     after: Annotated[
         int, Query(ge=0, le=MAX_ID, description="the last seq seen (0: from the start of the feed)")
     ] = 0,
+    tail: Annotated[
+        int | None,
+        Query(
+            ge=1, le=1000, description="instead of after: the last `tail` changes (then poll with lastSeq)"
+        ),
+    ] = None,
 ) -> ChangesPage:
     """The change feed, oldest first after ``after``. Poll again with ``after=lastSeq``;
-    ``nextCursor`` is present when more changes are waiting right now."""
+    ``nextCursor`` is present when more changes are waiting right now. ``tail=N`` answers the
+    latest N changes instead (a view that starts with what happened lately)."""
+    if tail is not None:
+        if after:
+            raise InvalidInput(
+                "give after or tail, not both",
+                errors=[FieldError("/tail", "tail reads the latest changes; after reads from a seq on")],
+            )
+        return await changes.recent_changes(catalog, tenant, count=tail)
     return await changes.list_changes(catalog, tenant, after=after, limit=limit)
 
 

@@ -44,6 +44,25 @@ async def list_changes(
     )
 
 
+async def recent_changes(catalog: Catalog, tenant: Tenant, *, count: int) -> ChangesPage:
+    """The tenant's last ``count`` changes (capped), oldest first: where a view of the feed starts
+    when it wants what happened lately rather than everything since the beginning."""
+    count = max(1, min(count, MAX_PAGE))
+    async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+        rows = (
+            await conn.execute(
+                select(change_feed)
+                .where(change_feed.c.tenant_id == tenant.id)
+                .order_by(change_feed.c.seq.desc())
+                .limit(count)
+            )
+        ).all()
+    items = [
+        ChangeOut(seq=row.seq, kind=row.kind, uri=row.uri, op=row.op, at=row.at) for row in reversed(rows)
+    ]
+    return ChangesPage(items=items, last_seq=items[-1].seq if items else 0)
+
+
 async def latest_seq(catalog: Catalog, tenant: Tenant) -> int:
     """The seq of the tenant's latest change (0 before the first): where a live view starts."""
     async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:

@@ -676,13 +676,13 @@ async function activityPage(slug) {
   const kind = h("select", { id: "changes-kind" }, ["", "resource", "template", "grant"].map((k) => h("option", { value: k }, k || "any kind")));
   const op = h("select", { id: "changes-op" }, ["", "created", "updated", "deleted"].map((k) => h("option", { value: k }, k || "any change")));
   const uriFilter = h("input", { type: "search", id: "changes-uri", placeholder: "URI contains" });
-  const after = h("input", { type: "number", id: "changes-after", min: 0, value: 0, size: 8 });
+  const after = h("input", { type: "number", id: "changes-after", min: 0, placeholder: "latest", size: 8 });
   const changesBody = h("tbody", { id: "changes-body" });
   const changesMore = h("button", { type: "button", class: "secondary", hidden: true }, "Later changes");
   const out = h("div");
   page("Activity", out,
     h("h2", {}, "Change feed ", h("span", { class: "small muted" }, "(live)")),
-    h("div", { class: "bar" }, field("Kind", kind), field("Change", op), field("URI", uriFilter), field("After seq", after), h("button", { type: "button", id: "changes-load", onclick: () => { clear(changesBody); last = Number(after.value) || 0; loadChanges(); } }, "Load")),
+    h("div", { class: "bar" }, field("Kind", kind), field("Change", op), field("URI", uriFilter), field("After seq", after), h("button", { type: "button", id: "changes-load", onclick: () => { clear(changesBody); last = after.value === "" ? null : Number(after.value); loadChanges(); } }, "Load")),
     h("table", { id: "changes" }, h("thead", {}, h("tr", {}, h("th", {}, "Seq"), h("th", {}, "Kind"), h("th", {}, "Change"), h("th", {}, "URI"), h("th", {}, "At"))), changesBody), changesMore,
     h("h2", {}, "Audit log"), h("div", { class: "bar" }, field("Filter", auditFilter)),
     h("table", { id: "audit" }, h("thead", {}, h("tr", {}, h("th", {}, "When"), h("th", {}, "Who"), h("th", {}, "Action"), h("th", {}, "Target"))), auditBody), auditMore);
@@ -702,7 +702,7 @@ async function activityPage(slug) {
     return row;
   };
   let auditCursor = null;
-  let last = 0;
+  let last = null; // null: start with the latest changes
   async function loadAudit() {
     await guarded(out, async () => {
       const p = await get(`${T(slug)}/audit${qs({ cursor: auditCursor, limit: 100 })}`);
@@ -717,7 +717,7 @@ async function activityPage(slug) {
   }
   async function loadChanges() {
     await guarded(out, async () => {
-      const p = await get(`${T(slug)}/changes${qs({ after: last, limit: 500 })}`);
+      const p = await get(`${T(slug)}/changes${last === null ? qs({ tail: 100 }) : qs({ after: last, limit: 500 })}`);
       for (const c of p.items) append(changesBody, [changeRow(c)]);
       last = p.lastSeq;
       changesMore.hidden = !p.nextCursor;
@@ -725,7 +725,7 @@ async function activityPage(slug) {
   }
   auditMore.addEventListener("click", loadAudit);
   changesMore.addEventListener("click", loadChanges);
-  onLiveChange = (c) => { if (c.seq > last) { append(changesBody, [changeRow(c)]); last = c.seq; } };
+  onLiveChange = (c) => { if (last !== null && c.seq > last) { append(changesBody, [changeRow(c)]); last = c.seq; } };
   await Promise.all([loadAudit(), loadChanges()]);
 }
 
