@@ -11,6 +11,7 @@ No assertion is on pixels.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import struct
@@ -513,3 +514,28 @@ async def test_a_template_is_previewed_live_while_written(
     assert [(t["uriTemplate"], t["text"]) for t in stored] == [
         ("file:///users/{id}.json", '{"user": "{id}"}')
     ]
+
+
+async def test_a_pdf_is_previewed_in_a_frame_from_its_blob(
+    page: Any, server: Served, api: httpx.AsyncClient
+) -> None:
+    pdf = (
+        b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj 2 0 obj<</Type/Pages/Kids[3 0 R]/Count 1>>"
+        b"endobj 3 0 obj<</Type/Page/Parent 2 0 R/MediaBox[0 0 200 100]>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF\n"
+    )
+    created = await api.post(
+        f"/tenants/{TENANT}/resources",
+        json={
+            "uri": "file:///docs/one.pdf",
+            "name": "one.pdf",
+            "mimeType": "application/pdf",
+            "blob": base64.b64encode(pdf).decode(),
+        },
+    )
+    assert created.status_code == 201, created.text
+    await sign_in(page, server)
+    await open_hash(page, server, f"/t/{TENANT}/r/{created.json()['id']}")
+    frame = await page.wait_for_selector("#pdf-preview")
+    # The console fetched the bytes with its token and framed them from a blob: URL of its own.
+    assert (await frame.get_attribute("src")).startswith("blob:")
+    assert await page.inner_text("#meta") and "application/pdf" in await page.inner_text("#meta")
