@@ -48,6 +48,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="A PostgreSQL-backed, multi-tenant catalogue of MCP resources",
         version="0.1.0",
         lifespan=lifespan,
+        # Served by catalog.console from vendored assets: FastAPI's own pages load them from a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     # Each hook is ``hook(catalog, stopping)``, an async context manager; first in, last out: the
@@ -85,9 +88,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def _include_surfaces(app: FastAPI) -> None:
-    """Mount the admin API and the MCP endpoint (each module knows its own routes)."""
+    """Mount the admin API, the MCP endpoint and the console (each module knows its own routes)."""
+    from catalog import console
     from catalog.admin import endpoints as admin_endpoints
     from catalog.mcp import endpoint as mcp_endpoint
 
     admin_endpoints.install(app)
     mcp_endpoint.install(app)
+    console.install(app)

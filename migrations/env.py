@@ -13,7 +13,7 @@ from catalog.db.models import metadata
 
 # Indexes and objects managed by raw SQL in the migrations (expression and extension indexes that
 # autogenerate cannot describe); `migrate check` leaves them alone.
-RAW_SQL_OBJECTS = frozenset({"ix_resources_search_trgm"})
+RAW_SQL_OBJECTS = frozenset({"ix_resources_search_trgm", "ix_resources_text_search"})
 
 
 def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 
 CONTRACT = {
@@ -21,6 +23,14 @@ CONTRACT = {
     "/admin/v1/tenants/{slug}/audit": {"get"},
     "/admin/v1/tenants/{slug}/changes": {"get"},
     "/admin/v1/audit": {"get"},  # the platform audit log (issue 12 item 14)
+    # The console's needs (issue 14)
+    "/admin/v1/whoami": {"get"},
+    "/admin/v1/tenants/{slug}/tree": {"get"},
+    "/admin/v1/tenants/{slug}/resources/{id}/versions/{version}": {"get"},
+    "/admin/v1/tenants/{slug}/resources/{id}/versions/{version}/restore": {"post"},
+    "/admin/v1/tenants/{slug}/templates/preview": {"post"},
+    "/admin/v1/tenants/{slug}/grants/preview": {"get"},
+    "/admin/v1/tenants/{slug}/changes/stream": {"get"},
 }
 
 
@@ -49,9 +59,35 @@ async def test_bodies_and_responses_are_typed_in_camel_case(anon: httpx.AsyncCli
     assert upload["requestBody"]["content"]["*/*"]["schema"]["format"] == "binary"
     assert {"200", "201", "413"} <= set(upload["responses"])
     changes = spec["paths"]["/admin/v1/tenants/{slug}/changes"]["get"]
-    assert {p["name"] for p in changes["parameters"]} == {"slug", "after", "limit"}
+    assert {p["name"] for p in changes["parameters"]} == {"slug", "after", "limit", "tail"}
 
 
 async def test_docs_page_is_served(anon: httpx.AsyncClient) -> None:
     response = await anon.get("/docs")
     assert response.status_code == 200 and "swagger" in response.text.lower()
+
+
+async def test_docs_and_redoc_load_every_asset_from_this_server(anon: httpx.AsyncClient) -> None:
+    """No CDN: every script, stylesheet and icon the pages name is served here."""
+    for page in ("/docs", "/redoc"):
+        html = (await anon.get(page)).text
+        urls = re.findall(r'(?:src|href)="([^"]+)"', html) + re.findall(r"url: '([^']+)'", html)
+        assert urls, page
+        for url in urls:
+            assert url.startswith("/"), (page, url)
+            response = await anon.get(url)
+            assert response.status_code == 200, (page, url)
+            assert len(response.content) > 100, url
+
+
+async def test_openapi_declares_the_bearer_scheme_on_admin_operations(anon: httpx.AsyncClient) -> None:
+    spec = (await anon.get("/openapi.json")).json()
+    assert spec["components"]["securitySchemes"]["bearerAuth"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": spec["components"]["securitySchemes"]["bearerAuth"]["description"],
+    }
+    for path, operations in spec["paths"].items():
+        if path.startswith("/admin/v1"):
+            for operation in operations.values():
+                assert operation["security"] == [{"bearerAuth": []}], path

@@ -136,3 +136,29 @@ def test_the_image_installs_from_the_constraints_file_and_it_pins_every_dependen
         assert requirement.specifier.contains(pinned[name], prereleases=True), (
             f"{requirement.name}=={pinned[name]} is outside {requirement.specifier}: refresh the constraints"
         )
+
+
+def test_the_console_and_docs_assets_ship_in_the_package() -> None:
+    """Every file of the console and of the vendored docs is package data (no CDN, no build step):
+    the wheel holds what /console, /docs and /redoc serve."""
+    import fnmatch
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "catalog.console" in config["packages"]
+    patterns = config["package-data"]["catalog.console"]
+    base = ROOT / "catalog" / "console"
+    files = [p.relative_to(base).as_posix() for p in base.rglob("*") if p.is_file() and p.suffix != ".py"]
+    assert {"static/index.html", "static/app.js", "vendor/swagger-ui/swagger-ui-bundle.js"} <= set(files)
+    assert "vendor/redoc/redoc.standalone.js" in files
+    # setuptools' globs do not cross directories: match part by part.
+    unshipped = [
+        f
+        for f in files
+        if not any(
+            len(f.split("/")) == len(p.split("/"))
+            and all(fnmatch.fnmatch(a, b) for a, b in zip(f.split("/"), p.split("/"), strict=True))
+            for p in patterns
+        )
+    ]
+    assert unshipped == []

@@ -216,6 +216,7 @@ def test_the_banner_never_shows_a_wildcard_address_and_leads_with_a_name_that_is
     assert default == [
         "MCP endpoint   http://127.0.0.1:8000/mcp",
         "admin API docs http://127.0.0.1:8000/docs",
+        "console        http://127.0.0.1:8000/console",
         "listening on every address (0.0.0.0): also http://box:8000/mcp, http://192.0.2.7:8000/mcp",
         "note: /mcp answers 421 to a Host that CATALOG_ALLOWED_HOSTS does not list"
         " (now 127.0.0.1, localhost, [::1]): add box, 192.0.2.7 to reach it by those names",
@@ -224,13 +225,15 @@ def test_the_banner_never_shows_a_wildcard_address_and_leads_with_a_name_that_is
     assert named == [
         "MCP endpoint   http://box:8000/mcp",
         "admin API docs http://box:8000/docs",
+        "console        http://box:8000/console",
         "listening on every address (0.0.0.0): also http://192.0.2.7:8000/mcp, http://127.0.0.1:8000/mcp",
     ]
     six = banner_lines("::", 8000, LOOPBACK_ONLY, ["box", "2001:db8::1", "::1"])
-    assert six[0] == "MCP endpoint   http://[::1]:8000/mcp" and "http://[2001:db8::1]:8000/mcp" in six[2]
+    assert six[0] == "MCP endpoint   http://[::1]:8000/mcp" and "http://[2001:db8::1]:8000/mcp" in six[3]
     assert banner_lines("127.0.0.1", 9000, LOOPBACK_ONLY) == [
         "MCP endpoint   http://127.0.0.1:9000/mcp",
         "admin API docs http://127.0.0.1:9000/docs",
+        "console        http://127.0.0.1:9000/console",
     ]
 
 

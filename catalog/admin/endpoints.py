@@ -6,11 +6,23 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI
 
-from catalog.admin import activity, blobs, grants, platform, resources, templates, tenants, tokens
+from catalog.admin import (
+    activity,
+    blobs,
+    grants,
+    platform,
+    resources,
+    templates,
+    tenants,
+    tokens,
+    tree,
+    whoami,
+)
 from catalog.admin.problems import PROBLEM_MEDIA_TYPE, install_problem_handlers
 
 PREFIX = "/admin/v1"
-ROUTERS = (tenants, resources, blobs, templates, grants, tokens, activity, platform)
+BEARER_SCHEME = "bearerAuth"
+ROUTERS = (whoami, tenants, tree, resources, blobs, templates, grants, tokens, activity, platform)
 
 
 def install(app: FastAPI) -> None:
@@ -71,12 +83,22 @@ def _document_problems(app: FastAPI) -> None:
         if app.openapi_schema is not None:
             return app.openapi_schema
         document = generate()
-        document.setdefault("components", {}).setdefault("schemas", {})["Problem"] = PROBLEM_SCHEMA
+        components = document.setdefault("components", {})
+        components.setdefault("schemas", {})["Problem"] = PROBLEM_SCHEMA
+        # Declared so Swagger UI's "Authorize" sends the token on every admin operation.
+        components["securitySchemes"] = {
+            BEARER_SCHEME: {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "the platform admin token, a tenant admin token (cat_...) or an OAuth JWT",
+            }
+        }
         problem = {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}
         for path, operations in document.get("paths", {}).items():
             if not path.startswith(PREFIX):
                 continue
             for method, operation in operations.items():
+                operation["security"] = [{BEARER_SCHEME: []}]
                 responses = operation.setdefault("responses", {})
                 for code, description in COMMON_ERRORS.items():
                     responses.setdefault(code, {"description": description})

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response, status
 
 from catalog.admin.deps import AdminTenantDep, CatalogDep, ItemId, PrincipalDep
 from catalog.core import grants as core
-from catalog.core.schemas import GrantCreated, GrantIn, GrantOut, Page
+from catalog.core.schemas import GrantCreated, GrantIn, GrantOut, GrantPreviewOut, Page, Scope
 
 router = APIRouter(prefix="/tenants/{slug}/grants", tags=["grants"])
 
@@ -44,3 +46,14 @@ async def delete_grant(
 ) -> Response:
     await core.delete_grant(catalog, principal, tenant, id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get("/preview", response_model=GrantPreviewOut, response_model_exclude_none=True)
+async def preview_scope(
+    tenant: AdminTenantDep,
+    catalog: CatalogDep,
+    scope: Annotated[Scope, Query(description="the scope to look through")],
+) -> GrantPreviewOut:
+    """What a token holding only ``scope`` sees of this tenant, by the grants stored now: how many
+    resources, and the first 100 in URI order."""
+    return await core.preview_scope(catalog, tenant, scope)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Header, Path, Query, Response, status
 from fastapi.responses import JSONResponse
 
 from catalog.admin.deps import AdminTenantDep, CatalogDep, Cursor, ItemId, LimitDep, PrincipalDep
@@ -23,6 +23,7 @@ from catalog.core.schemas import (
     ResourceOut,
     ResourcePatch,
     ResourcePut,
+    ResourceVersionDetailOut,
     ResourceVersionOut,
     Tag,
     Uri,
@@ -41,9 +42,22 @@ Search = Annotated[
         min_length=1,
         max_length=256,
         pattern=r"^[^\x00-\x1f\x7f]+$",
-        description="case-insensitive substring of uri, name, title or description",
+        description=(
+            "search: a case-insensitive substring of uri, name, title or description, or every word "
+            "of it in the text; metadata matches come first, then text matches, each in URI order"
+        ),
     ),
 ]
+MimeFilter = Annotated[
+    str | None,
+    Query(
+        alias="mimeType",
+        max_length=255,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*/(\*|[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)$",
+        description="exactly this media type, or `type/*` for all of a type (e.g. `image/*`)",
+    ),
+]
+VersionNumber = Annotated[int, Path(ge=1, le=2**31 - 1, description="the version number")]
 _RESPONSES = {
     404: {"description": "no such tenant or resource"},
     412: {"description": "If-Match is stale; nothing was changed"},
@@ -71,6 +85,7 @@ async def list_resources(
     uri_prefix: Annotated[UriPrefix | None, Query(alias="uriPrefix")] = None,
     tag: Annotated[Tag | None, Query()] = None,
     q: Search = None,
+    mime_type: MimeFilter = None,
 ) -> Page[ResourceOut]:
     """Resources in URI byte order, a keyset page at a time (no content; see ``include=content``)."""
     records, next_cursor = await core.list_resources(
@@ -80,7 +95,7 @@ async def list_resources(
         listing="admin.resources",
         cursor=cursor,
         limit=limit,
-        filters=ListingFilter(uri_prefix=uri_prefix, tag=tag, query=q),
+        filters=ListingFilter(uri_prefix=uri_prefix, tag=tag, query=q, mime_type=mime_type),
     )
     return Page[ResourceOut](items=[r.to_out() for r in records], next_cursor=next_cursor)
 
@@ -198,3 +213,38 @@ def _version_out(row: Any) -> ResourceVersionOut:
         blob_sha256=row.blob_sha256,
         text_sha256=hashlib.sha256(row.text.encode()).hexdigest() if row.text is not None else None,
     )
+
+
+@router.get(
+    "/{id}/versions/{version}",
+    response_model=ResourceVersionDetailOut,
+    response_model_exclude_none=True,
+    responses=_RESPONSES,
+)
+async def get_version(
+    id: ItemId, version: VersionNumber, tenant: AdminTenantDep, catalog: CatalogDep
+) -> ResourceVersionDetailOut:
+    """One version: its metadata and its text (a blob is named by ``blobSha256``; fetch it from
+    ``/blobs/{sha256}``)."""
+    row = await core.get_version(catalog, tenant, id, version)
+    return ResourceVersionDetailOut(**_version_out(row).model_dump(), text=row.text)
+
+
+@router.post(
+    "/{id}/versions/{version}/restore",
+    response_model=ResourceOut,
+    response_model_exclude_none=True,
+    responses=_RESPONSES,
+)
+async def restore_version(
+    id: ItemId,
+    version: VersionNumber,
+    tenant: AdminTenantDep,
+    catalog: CatalogDep,
+    principal: PrincipalDep,
+    if_match: IfMatch = None,
+) -> JSONResponse:
+    """Make that version current again, as a new version (the history is kept). Audited as
+    ``resource.restore``; the change feed and subscribers see an update."""
+    record = await core.restore_version(catalog, principal, tenant, id, version, if_match=if_match)
+    return _answer(record, status.HTTP_200_OK)

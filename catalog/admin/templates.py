@@ -6,7 +6,14 @@ from fastapi import APIRouter, Response, status
 
 from catalog.admin.deps import AdminTenantDep, CatalogDep, Cursor, ItemId, LimitDep, PrincipalDep
 from catalog.core import templates as core
-from catalog.core.schemas import Page, TemplateIn, TemplateOut, TemplatePatch
+from catalog.core.schemas import (
+    Page,
+    TemplateIn,
+    TemplateOut,
+    TemplatePatch,
+    TemplatePreviewIn,
+    TemplatePreviewOut,
+)
 
 router = APIRouter(prefix="/tenants/{slug}/templates", tags=["templates"])
 
@@ -28,6 +35,15 @@ async def create_template(
     record = await core.create_template(catalog, principal, tenant, body)
     response.headers["Location"] = f"/admin/v1/tenants/{tenant.slug}/templates/{record.id}"
     return record.to_out()
+
+
+@router.post(
+    "/preview", response_model=TemplatePreviewOut, response_model_exclude_none=True, responses=_RESPONSES
+)
+async def preview_template(body: TemplatePreviewIn, tenant: AdminTenantDep) -> TemplatePreviewOut:
+    """Render a template for sample arguments without storing anything: the URI it expands to and
+    the body as ``resources/read`` would answer it (escaped for the mime type)."""
+    return core.preview(body)
 
 
 @router.get("", response_model=Page[TemplateOut], response_model_exclude_none=True)

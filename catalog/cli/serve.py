@@ -151,7 +151,7 @@ def banner_lines(host: str, port: int, allowed_hosts: list[str], hosts: list[str
     accepted = [name for name in hosts if host_allowed(name, port, allowed_hosts)]
     first = (accepted or hosts)[0]
     base = f"http://{url_host(first)}:{port}"
-    lines = [f"MCP endpoint   {base}/mcp", f"admin API docs {base}/docs"]
+    lines = [f"MCP endpoint   {base}/mcp", f"admin API docs {base}/docs", f"console        {base}/console"]
     if host in WILDCARD_HOSTS:
         others = [f"http://{url_host(name)}:{port}/mcp" for name in hosts if name != first]
         if others:

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Row, delete, insert, select
+from sqlalchemy import Row, delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from catalog.core.audit import AuditEntry, digest, record_audit
 from catalog.core.errors import Conflict, NotFound
 from catalog.core.principal import Principal
-from catalog.core.schemas import GrantCreated, GrantIn, GrantOut
+from catalog.core.resources import listing_clause
+from catalog.core.schemas import GrantCreated, GrantIn, GrantOut, GrantPreviewItem, GrantPreviewOut
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
+from catalog.core.visibility import load_visibility
 from catalog.db.engine import TenantScope, transaction
-from catalog.db.models import grants
+from catalog.db.models import grants, resources
+
+PREVIEW_ITEMS = 100
 
 
 def grant_out(row: Row[Any]) -> GrantOut:
@@ -99,3 +103,25 @@ async def delete_grant(catalog: Catalog, principal: Principal, tenant: Tenant, g
                 detail={"scope": row.scope},
             ),
         )
+
+
+async def preview_scope(catalog: Catalog, tenant: Tenant, scope: str) -> GrantPreviewOut:
+    """What a (non-admin) token of ``tenant`` holding only ``scope`` sees: the count and the first
+    resources, by the one visibility rule (the same predicate MCP listings use)."""
+    viewer = Principal(kind="token", tenant_id=tenant.id, tenant_slug=tenant.slug, scopes=frozenset({scope}))
+    async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+        visibility = await load_visibility(conn, viewer, tenant.id)
+        if visibility.nothing:
+            return GrantPreviewOut(scope=scope, count=0, items=[])
+        clause = listing_clause(visibility)
+        count = (await conn.execute(select(func.count()).select_from(resources).where(clause))).scalar_one()
+        rows = (
+            await conn.execute(
+                select(resources.c.id, resources.c.uri, resources.c.name)
+                .where(clause)
+                .order_by(resources.c.uri)
+                .limit(PREVIEW_ITEMS)
+            )
+        ).all()
+    items = [GrantPreviewItem(id=row.id, uri=row.uri, name=row.name) for row in rows]
+    return GrantPreviewOut(scope=scope, count=count, items=items)

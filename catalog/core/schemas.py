@@ -577,3 +577,62 @@ class TenantOut(Model):
     slug: str
     name: str
     created_at: datetime
+
+
+# -- the console's views ----------------------------------------------------------------------------
+
+
+class WhoAmIOut(Model):
+    """Who the bearer is, as the admin API sees it."""
+
+    kind: Literal["platform", "tenant"] = Field(
+        description="platform: the platform admin (every tenant); tenant: an admin token of one tenant"
+    )
+    principal: str = Field(description="how the audit log names this caller")
+    tenant: str | None = Field(default=None, description="the tenant's slug (tenant admins only)")
+    admin: bool
+    scopes: list[str] = Field(default_factory=list)
+    expires_at: datetime | None = None
+
+
+class TreeEntryOut(Model):
+    """One entry of a folder of the URI tree: a sub-folder (``kind: folder``, ``prefix`` to open it)
+    or a resource (``kind: resource``, the resource as the listing shows it)."""
+
+    kind: Literal["folder", "resource"]
+    name: str = Field(description="the entry's name in its folder (a folder's ends with '/')")
+    prefix: str | None = None
+    resource: ResourceOut | None = None
+
+
+class ResourceVersionDetailOut(ResourceVersionOut):
+    """One version with its text inlined (a blob stays named by ``blobSha256``)."""
+
+    text: str | None = None
+
+
+class TemplatePreviewIn(Model):
+    uri_template: Annotated[str, StringConstraints(min_length=1, max_length=8192)]
+    mime_type: MimeType | None = None
+    text: TemplateBody | None = None
+    arguments: dict[
+        Annotated[str, StringConstraints(max_length=256)], Annotated[str, StringConstraints(max_length=8192)]
+    ] = Field(default_factory=dict, max_length=64, description="sample values of the template's variables")
+
+
+class TemplatePreviewOut(Model):
+    uri: str = Field(description="the URI the template expands to with these arguments")
+    variables: list[str] = Field(description="the template's variable names, in order")
+    text: str | None = Field(default=None, description="the body rendered as resources/read would")
+
+
+class GrantPreviewItem(Model):
+    id: int
+    uri: str
+    name: str
+
+
+class GrantPreviewOut(Model):
+    scope: str
+    count: int = Field(description="how many resources a token with only this scope sees")
+    items: list[GrantPreviewItem] = Field(description="the first of them, in URI order (at most 100)")

@@ -14,10 +14,23 @@ from catalog.core.audit import AuditEntry, digest, record_audit
 from catalog.core.cursors import decode_cursor, encode_cursor
 from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound
 from catalog.core.principal import Principal
-from catalog.core.schemas import TemplateIn, TemplateOut, TemplatePatch, column_values
+from catalog.core.schemas import (
+    TemplateIn,
+    TemplateOut,
+    TemplatePatch,
+    TemplatePreviewIn,
+    TemplatePreviewOut,
+    column_values,
+)
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
-from catalog.core.uri_templates import InvalidTemplate, ParsedTemplate, parse_template, validate_body
+from catalog.core.uri_templates import (
+    InvalidTemplate,
+    ParsedTemplate,
+    parse_template,
+    render_body,
+    validate_body,
+)
 from catalog.core.visibility import Visibility, load_visibility
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import templates
@@ -209,6 +222,22 @@ async def delete_template(catalog: Catalog, principal: Principal, tenant: Tenant
                 before=current.digest(),
             ),
         )
+
+
+def preview(body: TemplatePreviewIn) -> TemplatePreviewOut:
+    """What a template would answer for sample arguments: the expanded URI and the rendered body,
+    with the same parsing, validation and escaping as a stored template (nothing is written)."""
+    parsed = _parse(body.uri_template)
+    _check_body(body.text, parsed)
+    arguments = {name: body.arguments.get(name, "") for name in parsed.variable_names}
+    try:
+        uri = parsed.expand(arguments)
+    except InvalidTemplate as exc:
+        raise InvalidInput(
+            "cannot expand the template", errors=[FieldError("/arguments", exc.reason)]
+        ) from None
+    rendered = render_body(body.text, arguments, body.mime_type) if body.text is not None else None
+    return TemplatePreviewOut(uri=uri, variables=list(parsed.variable_names), text=rendered)
 
 
 async def template_page(

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, and_, func, insert, literal, select, update
+from sqlalchemy import ColumnElement, Row, and_, func, insert, literal, not_, select, update
 from sqlalchemy import delete as sql_delete
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -36,6 +36,9 @@ RESOURCE_SEARCH_TEXT = func.lower(
     + func.coalesce(resources.c.description, "")
 )
 
+# Must stay identical to the expression of index ix_resources_text_search (migration 0005).
+TEXT_VECTOR = func.catalog_resource_text_vector(resources.c.text)
+
 # Columns a listing reads: never the content.
 LISTING_COLUMNS = tuple(c for c in resources.c if c.name != "text")
 
@@ -45,10 +48,12 @@ class ListingFilter:
     uri_prefix: str | None = None
     tag: str | None = None
     query: str | None = None
+    # An exact media type, or ``type/*`` for every subtype.
+    mime_type: str | None = None
 
     @property
     def key(self) -> str:
-        return json.dumps([self.uri_prefix, self.tag, self.query])
+        return json.dumps([self.uri_prefix, self.tag, self.query, self.mime_type])
 
 
 NO_FILTER = ListingFilter()
@@ -196,11 +201,39 @@ async def versions(conn: AsyncConnection, tenant_id: int, resource_id: int) -> l
     return list(rows.all())
 
 
+async def version(conn: AsyncConnection, tenant_id: int, resource_id: int, number: int) -> Row[Any] | None:
+    """One version of the resource's history, with its content."""
+    row = await conn.execute(
+        select(resource_versions).where(
+            resource_versions.c.tenant_id == tenant_id,
+            resource_versions.c.resource_id == resource_id,
+            resource_versions.c.version == number,
+        )
+    )
+    return row.one_or_none()
+
+
 # -- listings -------------------------------------------------------------------------------------
 
 
-def listing_clause(visibility: Visibility, filters: ListingFilter = NO_FILTER):
-    """The rows a listing may show: the visibility rule, then the caller's filters."""
+def metadata_match(query: str) -> ColumnElement[bool]:
+    """``query`` as a case-insensitive substring of uri, name, title or description (trigram index)."""
+    needle = query.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return RESOURCE_SEARCH_TEXT.like(f"%{needle}%", escape="\\")
+
+
+def text_match(query: str) -> ColumnElement[bool]:
+    """Every word of ``query`` in the resource's text (full-text index of migration 0005)."""
+    return and_(resources.c.text.is_not(None), TEXT_VECTOR.op("@@")(func.plainto_tsquery("simple", query)))
+
+
+def listing_clause(
+    visibility: Visibility, filters: ListingFilter = NO_FILTER, *, text_tier: bool = False
+) -> ColumnElement[bool]:
+    """The rows a listing may show: the visibility rule, then the caller's filters.
+
+    ``query`` matches the metadata; with ``text_tier`` it instead matches the text of resources
+    whose metadata does not match (the second tier of a search, see ``service.list_page``)."""
     clauses = [visibility.resources_clause(resources)]
     if filters.uri_prefix:
         clauses.append(resources.c.uri >= filters.uri_prefix)
@@ -209,9 +242,17 @@ def listing_clause(visibility: Visibility, filters: ListingFilter = NO_FILTER):
             clauses.append(resources.c.uri < upper)
     if filters.tag:
         clauses.append(resources.c.tags.contains([filters.tag]))
+    if filters.mime_type:
+        if filters.mime_type.endswith("/*"):
+            family = filters.mime_type[:-1].replace("%", "\\%").replace("_", "\\_")
+            clauses.append(resources.c.mime_type.like(f"{family}%", escape="\\"))
+        else:
+            clauses.append(resources.c.mime_type == filters.mime_type)
     if filters.query:
-        needle = filters.query.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        clauses.append(RESOURCE_SEARCH_TEXT.like(f"%{needle}%", escape="\\"))
+        if text_tier:
+            clauses.append(and_(text_match(filters.query), not_(metadata_match(filters.query))))
+        else:
+            clauses.append(metadata_match(filters.query))
     return and_(*clauses)
 
 
@@ -222,8 +263,11 @@ async def page_rows(
     after: str | None,
     limit: int,
     filters: ListingFilter = NO_FILTER,
+    text_tier: bool = False,
+    inclusive: bool = False,
 ) -> list[ResourceRecord]:
-    """Up to ``limit`` visible rows after ``after`` in URI byte order (no content).
+    """Up to ``limit`` visible rows after ``after`` (from it, if ``inclusive``) in URI byte order
+    (no content).
 
     Without filters, sparse grants page as one index range scan per grant (see
     :meth:`Visibility.sparse_page_uris`); otherwise one scan filtered by the listing clause.
@@ -234,8 +278,8 @@ async def page_rows(
             resources.c.tenant_id == visibility.tenant_id, resources.c.uri.in_(page_uris)
         )
     else:
-        query = select(*LISTING_COLUMNS).where(listing_clause(visibility, filters))
+        query = select(*LISTING_COLUMNS).where(listing_clause(visibility, filters, text_tier=text_tier))
         if after is not None:
-            query = query.where(resources.c.uri > after)
+            query = query.where(resources.c.uri >= after if inclusive else resources.c.uri > after)
     rows = (await conn.execute(query.order_by(resources.c.uri).limit(limit))).all()
     return [record_from_row(row) for row in rows]

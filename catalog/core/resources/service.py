@@ -33,6 +33,7 @@ from catalog.core.resources.repository import NO_FILTER, ListingFilter
 from catalog.core.schemas import DIRECTORY_MIME_TYPE, ResourceIn, ResourcePatch, column_values
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
+from catalog.core.uris import uri_prefix_upper_bound
 from catalog.core.visibility import Visibility, load_visibility
 from catalog.db.engine import TenantScope, transaction
 
@@ -177,6 +178,8 @@ async def _update(
     fields: Sequence[str],
     *,
     replace_content: bool,
+    action: str = "resource.update",
+    detail: dict[str, Any] | None = None,
 ) -> ResourceRecord:
     values = column_values(body, fields)
     content = await _resolve_content(catalog, conn, tenant.id, body, current)
@@ -208,12 +211,13 @@ async def _update(
         tenant.id,
         principal,
         AuditEntry(
-            action="resource.update",
+            action=action,
             target_kind="resource",
             target_id=record.id,
             uri=record.uri,
             before=current.digest(),
             after=record.digest(),
+            detail=detail,
         ),
     )
     return record
@@ -360,7 +364,11 @@ async def list_page(
     limit: int = DEFAULT_PAGE,
     filters: ListingFilter = NO_FILTER,
 ) -> tuple[list[ResourceRecord], str | None]:
-    """One keyset page of visible resources in URI byte order, and the cursor to the next page."""
+    """One keyset page of visible resources in URI byte order, and the cursor to the next page.
+
+    A search (``filters.query``) is ranked in two tiers, each a keyset scan in URI order: first the
+    resources whose uri, name, title or description contain the query, then those that match only
+    by their text (every word of the query in it). The cursor names the tier and the last URI."""
     after: str | None = None
     if cursor:
         position = decode_cursor(
@@ -372,12 +380,59 @@ async def list_page(
         after = str(position.after)
     if visibility.nothing:
         return [], None
+    if filters.query:
+        return await _search_page(
+            catalog, conn, visibility, listing=listing, after=after, limit=limit, filters=filters
+        )
     records = await rows.page_rows(conn, visibility, after=after, limit=limit + 1, filters=filters)
     next_cursor = None
     if len(records) > limit:
         records = records[:limit]
         next_cursor = cursor_after(catalog, visibility, records[-1].uri, listing=listing, filters=filters)
     return records, next_cursor
+
+
+_METADATA_TIER, _TEXT_TIER = "m", "t"
+
+
+async def _search_page(
+    catalog: Catalog,
+    conn: AsyncConnection,
+    visibility: Visibility,
+    *,
+    listing: str,
+    after: str | None,
+    limit: int,
+    filters: ListingFilter,
+) -> tuple[list[ResourceRecord], str | None]:
+    tier, _, last_uri = (after or f"{_METADATA_TIER}:").partition(":")
+    if tier not in (_METADATA_TIER, _TEXT_TIER):
+        raise InvalidInput("the cursor is invalid, expired or not yours")
+    records: list[tuple[str, ResourceRecord]] = []
+    if tier == _METADATA_TIER:
+        found = await rows.page_rows(
+            conn, visibility, after=last_uri or None, limit=limit + 1, filters=filters
+        )
+        records += [(_METADATA_TIER, r) for r in found]
+        last_uri = ""
+    if len(records) <= limit:
+        found = await rows.page_rows(
+            conn,
+            visibility,
+            after=last_uri or None,
+            limit=limit + 1 - len(records),
+            filters=filters,
+            text_tier=True,
+        )
+        records += [(_TEXT_TIER, r) for r in found]
+    next_cursor = None
+    if len(records) > limit:
+        records = records[:limit]
+        tier, record = records[-1]
+        next_cursor = cursor_after(
+            catalog, visibility, f"{tier}:{record.uri}", listing=listing, filters=filters
+        )
+    return [record for _, record in records], next_cursor
 
 
 def cursor_after(
@@ -416,3 +471,177 @@ async def list_versions(catalog: Catalog, tenant: Tenant, resource_id: int) -> l
         if not await rows.exists(conn, tenant.id, resource_id):
             raise NotFound(f"no resource {resource_id}")
         return await rows.versions(conn, tenant.id, resource_id)
+
+
+# -- the URI tree ---------------------------------------------------------------------------------
+
+
+def folder_of(uri: str, prefix: str) -> str | None:
+    """The folder of the tree at ``prefix`` that holds ``uri``, or None when ``uri`` is a leaf there.
+
+    A folder is a prefix ending in ``/``, one path segment below ``prefix``. At the root (no prefix)
+    the first level is ``scheme://authority/``, so ``file:///a/b`` is under ``file:///`` and
+    ``https://h/x`` under ``https://h/``, and ``test://static-text`` is a leaf.
+    """
+    start = len(prefix)
+    if not prefix:
+        scheme_end = uri.find("://")
+        if scheme_end < 0:
+            return None
+        start = scheme_end + 3
+    slash = uri.find("/", start)
+    return uri[: slash + 1] if slash >= 0 else None
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    """One entry of a folder: a sub-folder (a URI prefix) or a resource."""
+
+    folder: str | None = None
+    record: ResourceRecord | None = None
+
+
+TREE_BATCH = 200  # rows per read in a run of resources
+TREE_FIRST_BATCH = 16
+
+
+async def tree_page(
+    catalog: Catalog,
+    principal: Principal,
+    tenant: Tenant,
+    *,
+    prefix: str,
+    cursor: str | None,
+    limit: int = DEFAULT_PAGE,
+    filters: ListingFilter = NO_FILTER,
+) -> tuple[list[TreeEntry], str | None]:
+    """One keyset page of the folder at ``prefix``: its sub-folders and its resources, in URI order.
+
+    A skip scan: rows are read in URI order a batch at a time, and on meeting a folder the scan
+    jumps past everything under it (to the folder's upper bound) with a one-row probe, so a page
+    costs at most one index probe per folder shown, however many resources the folders hold, and
+    a few batched reads for the resources shown. The same visibility rule and filters
+    as the flat listing apply; a folder appears only if something visible is under it.
+    """
+    listing = f"admin.tree:{prefix}"
+    filters = ListingFilter(uri_prefix=prefix or None, tag=filters.tag, mime_type=filters.mime_type)
+    key = f"{listing}:{filters.key}"
+    after, inclusive = None, False
+    async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+        visibility = await load_visibility(conn, principal, tenant.id)
+        if cursor:
+            position = decode_cursor(
+                catalog.signing_key, cursor, listing=key, fingerprint=visibility.fingerprint
+            )
+            mode, _, bound = str(position.after).partition(":")
+            after, inclusive = bound, mode == "from"
+        entries: list[TreeEntry] = []
+        if visibility.nothing:
+            return entries, None
+        done = False
+        size = TREE_FIRST_BATCH
+        while not done and len(entries) <= limit:
+            batch = await rows.page_rows(
+                conn, visibility, after=after, limit=size, filters=filters, inclusive=inclusive
+            )
+            done = len(batch) < size
+            skip_under: str | None = None
+            for record in batch:
+                if skip_under is not None and record.uri.startswith(skip_under):
+                    continue
+                folder = folder_of(record.uri, prefix)
+                if folder is None:
+                    entries.append(TreeEntry(record=record))
+                    skip_under = None
+                    after, inclusive = record.uri, False
+                else:
+                    entries.append(TreeEntry(folder=folder))
+                    skip_under = folder
+                    upper = uri_prefix_upper_bound(folder)
+                    if upper is None:
+                        done = True
+                        break
+                    after, inclusive = upper, True
+                if len(entries) > limit:
+                    break
+            if skip_under is not None and not done:
+                # The batch ended inside a folder: continue after it, not through it, with a probe
+                # of one row (the next entry may be another folder: reading more would be waste).
+                upper = uri_prefix_upper_bound(skip_under)
+                if upper is None:
+                    done = True
+                else:
+                    after, inclusive = upper, True
+                size = 1
+            else:
+                # A run of resources: read more of them at a time.
+                size = min(TREE_BATCH, max(size * 4, TREE_FIRST_BATCH))
+    if len(entries) <= limit:
+        return entries, None
+    entries = entries[:limit]
+    last = entries[-1]
+    if last.folder is not None:
+        upper = uri_prefix_upper_bound(last.folder)
+        if upper is None:
+            return entries, None
+        position_text = f"from:{upper}"
+    else:
+        assert last.record is not None
+        position_text = f"after:{last.record.uri}"
+    next_cursor = encode_cursor(
+        catalog.signing_key, after=position_text, listing=key, fingerprint=visibility.fingerprint
+    )
+    return entries, next_cursor
+
+
+# -- history --------------------------------------------------------------------------------------
+
+
+async def get_version(catalog: Catalog, tenant: Tenant, resource_id: int, version: int) -> Row[Any]:
+    async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+        row = await rows.version(conn, tenant.id, resource_id, version)
+        if row is None:
+            if not await rows.exists(conn, tenant.id, resource_id):
+                raise NotFound(f"no resource {resource_id}")
+            raise NotFound(f"resource {resource_id} has no version {version}")
+        return row
+
+
+async def restore_version(
+    catalog: Catalog,
+    principal: Principal,
+    tenant: Tenant,
+    resource_id: int,
+    version: int,
+    *,
+    if_match: str | None = None,
+) -> ResourceRecord:
+    """Make version ``version`` the current state again (metadata and content) as a new version:
+    history is never rewritten. One write like any other (version row, audit ``resource.restore``,
+    change-feed row and event by trigger); restoring what is already current changes nothing."""
+    async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+        current = await rows.lock(conn, tenant.id, resource_id=resource_id)
+        if current is None:
+            raise NotFound(f"no resource {resource_id}")
+        old = await rows.version(conn, tenant.id, resource_id, version)
+        if old is None:
+            raise NotFound(f"resource {resource_id} has no version {version}")
+        _check_precondition(current, if_match)
+        snapshot = {k: v for k, v in old.snapshot.items() if k != "size"}
+        if old.text is not None:
+            snapshot["text"] = old.text
+        elif old.blob_sha256 is not None:
+            snapshot["blobSha256"] = old.blob_sha256
+        body = ResourceIn.model_validate(snapshot)
+        return await _update(
+            catalog,
+            conn,
+            principal,
+            tenant,
+            current,
+            body,
+            METADATA_FIELDS,
+            replace_content=True,
+            action="resource.restore",
+            detail={"version": version},
+        )

@@ -1,0 +1,770 @@
+// The catalog console: a client of the admin REST API (see /docs). Hash routes, one page at a time.
+
+import { ApiError, blobUrl, call, follow, get, session, upload } from "./api.js";
+import { append, bytes, clear, field, h, qs, when } from "./dom.js";
+import { lineDiff } from "./diff.js";
+
+const main = document.getElementById("main");
+const nav = document.getElementById("nav");
+const who = document.getElementById("who");
+const live = document.getElementById("live");
+
+let me = null; // whoami of the signed-in token
+let following = { slug: null, stop: null };
+let onLiveChange = null; // the current page's reaction to a change of its tenant
+
+const enc = encodeURIComponent;
+const T = (slug) => `tenants/${enc(slug)}`;
+
+// -- errors ---------------------------------------------------------------------------------------
+
+function problemBox(err) {
+  const p = err instanceof ApiError ? err.problem : { title: "Error", detail: String(err && err.message) };
+  const status = err instanceof ApiError ? err.status : "";
+  return h(
+    "div",
+    { class: "problem", role: "alert", dataset: { status: String(status) } },
+    h("strong", {}, `${status} ${p.title || "Error"}`.trim()),
+    p.detail ? h("div", {}, p.detail) : null,
+    (p.errors || []).length
+      ? h("ul", {}, p.errors.map((e) => h("li", {}, h("code", {}, e.pointer || "/"), " ", e.detail)))
+      : null,
+  );
+}
+
+async function guarded(target, work) {
+  try {
+    return await work();
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 401) {
+      session.signOut();
+      me = null;
+      location.hash = "#/signin";
+      return undefined;
+    }
+    append(target, [problemBox(err)]);
+    return undefined;
+  }
+}
+
+function twoStep(label, confirmLabel, action, cls = "danger") {
+  // A destructive button asks once more in place (keyboard friendly, no modal).
+  const button = h("button", { type: "button", class: "secondary" }, label);
+  button.addEventListener("click", async () => {
+    if (button.dataset.armed) {
+      button.disabled = true;
+      await action();
+    } else {
+      button.dataset.armed = "1";
+      button.textContent = confirmLabel;
+      button.className = cls;
+    }
+  });
+  return button;
+}
+
+// -- frame ----------------------------------------------------------------------------------------
+
+function parseRoute() {
+  const raw = location.hash.replace(/^#/, "") || "/";
+  const [path, query] = raw.split("?");
+  return { parts: path.split("/").filter(Boolean).map(decodeURIComponent), params: new URLSearchParams(query || "") };
+}
+
+function link(label, hash, attrs = {}) {
+  return h("a", { href: hash, ...attrs }, label);
+}
+
+function renderNav(slug, current) {
+  clear(nav);
+  if (!me) return;
+  const items = [];
+  if (me.kind === "platform") items.push(["Tenants", "#/tenants", "tenants"]);
+  if (slug) {
+    const base = `#/t/${enc(slug)}`;
+    items.push(
+      ["Resources", `${base}/browse`, "browse"],
+      ["Upload", `${base}/upload`, "upload"],
+      ["Templates", `${base}/templates`, "templates"],
+      ["Grants", `${base}/grants`, "grants"],
+      ["Tokens", `${base}/tokens`, "tokens"],
+      ["Activity", `${base}/activity`, "activity"],
+    );
+  }
+  for (const [label, href, key] of items) {
+    append(nav, [link(label, href, key === current ? { "aria-current": "page" } : {})]);
+  }
+}
+
+function renderWho() {
+  clear(who);
+  if (!me) return;
+  const label = me.kind === "platform" ? "platform admin" : `admin of ${me.tenant}`;
+  append(who, [
+    h("span", { id: "whoami" }, label),
+    h("button", { type: "button", id: "signout", onclick: signOut }, "Sign out"),
+  ]);
+}
+
+function signOut() {
+  session.signOut();
+  me = null;
+  followTenant(null);
+  renderWho();
+  clear(nav);
+  location.hash = "#/signin";
+}
+
+function followTenant(slug) {
+  if (following.slug === slug) return;
+  if (following.stop) following.stop();
+  document.body.dataset.live = "off";
+  following = { slug, stop: slug ? follow(slug, showChange, (on) => { document.body.dataset.live = on ? "on" : "off"; }) : null };
+}
+
+function showChange(change) {
+  const text = `${change.kind} ${change.op}: ${change.uri ?? ""}`;
+  const item = h("div", { class: "event", dataset: { seq: String(change.seq) } }, `#${change.seq} ${text}`);
+  live.prepend(item);
+  while (live.children.length > 4) live.lastChild.remove();
+  setTimeout(() => item.remove(), 20000);
+  if (onLiveChange) onLiveChange(change);
+}
+
+function page(title, ...children) {
+  clear(main);
+  document.title = `${title} · catalog`;
+  append(main, [h("h1", {}, title), ...children]);
+  main.focus({ preventScroll: true });
+}
+
+// -- sign in --------------------------------------------------------------------------------------
+
+function signInPage(message) {
+  const input = h("input", { type: "password", id: "token", name: "token", autocomplete: "off", required: true });
+  const out = h("div");
+  const form = h(
+    "form",
+    { class: "signin", id: "signin" },
+    h("p", {}, "Sign in with an admin bearer token: the platform admin token that ", h("code", {}, "catalog serve"),
+      " printed, or a tenant admin token. It is kept for this tab only."),
+    field("Token", input),
+    h("button", { type: "submit" }, "Sign in"),
+    out,
+  );
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clear(out);
+    session.signIn(input.value.trim());
+    try {
+      me = await get("whoami");
+    } catch (err) {
+      session.signOut();
+      append(out, [problemBox(err)]);
+      return;
+    }
+    renderWho();
+    location.hash = me.kind === "platform" ? "#/tenants" : `#/t/${enc(me.tenant)}/browse`;
+  });
+  page("Sign in", message ? h("div", { class: "notice" }, message) : null, form);
+  input.focus();
+}
+
+// -- tenants --------------------------------------------------------------------------------------
+
+async function tenantsPage() {
+  page("Tenants");
+  const list = h("div");
+  append(main, [list]);
+  if (me.kind === "platform") {
+    const slug = h("input", { name: "slug", id: "new-slug", required: true, pattern: "[a-z0-9][a-z0-9-]{0,62}" });
+    const name = h("input", { name: "name", id: "new-name" });
+    const out = h("div");
+    const form = h("form", { class: "inline", id: "create-tenant" }, field("Slug", slug), field("Name", name),
+      h("button", { type: "submit" }, "Create tenant"), out);
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      clear(out);
+      await guarded(out, async () => {
+        await call("POST", "tenants", { body: { slug: slug.value, name: name.value || undefined } });
+        slug.value = ""; name.value = "";
+        await load();
+      });
+    });
+    main.insertBefore(h("section", {}, h("h2", {}, "New tenant"), form), list);
+  }
+  async function load() {
+    clear(list);
+    await guarded(list, async () => {
+      const { items } = await get("tenants");
+      const rows = items.map((t) => {
+        const actions = h("td");
+        append(actions, [link("Open", `#/t/${enc(t.slug)}/browse`)]);
+        if (me.kind === "platform") {
+          const confirm = h("span");
+          const del = h("button", { type: "button", class: "secondary", onclick: () => {
+            clear(confirm);
+            const typed = h("input", { "aria-label": `Type ${t.slug} to confirm`, placeholder: t.slug });
+            const go = h("button", { type: "button", class: "danger", disabled: true }, `Delete ${t.slug} and all its data`);
+            typed.addEventListener("input", () => { go.disabled = typed.value !== t.slug; });
+            go.addEventListener("click", () => guarded(confirm, async () => {
+              await call("DELETE", `tenants/${enc(t.slug)}`);
+              await load();
+            }));
+            append(confirm, [" ", typed, " ", go]);
+            typed.focus();
+          } }, "Delete…");
+          append(actions, [" ", del, confirm]);
+        }
+        return h("tr", { dataset: { slug: t.slug } }, h("td", {}, h("code", {}, t.slug)), h("td", {}, t.name), h("td", {}, when(t.createdAt)), actions);
+      });
+      append(list, [h("table", { id: "tenants" }, h("thead", {}, h("tr", {}, h("th", {}, "Slug"), h("th", {}, "Name"), h("th", {}, "Created"), h("th", {}, ""))), h("tbody", {}, rows))]);
+    });
+  }
+  await load();
+}
+
+// -- resource browser -----------------------------------------------------------------------------
+
+function crumbsOf(prefix) {
+  // The folders leading to ``prefix``, as the tree API builds them.
+  const out = [];
+  if (!prefix) return out;
+  let start = prefix.indexOf("://");
+  let at = start >= 0 ? prefix.indexOf("/", start + 3) : prefix.indexOf("/");
+  while (at >= 0) {
+    out.push(prefix.slice(0, at + 1));
+    at = prefix.indexOf("/", at + 1);
+  }
+  if (!out.length || out[out.length - 1] !== prefix) out.push(prefix);
+  return out;
+}
+
+async function browsePage(slug, params) {
+  const prefix = params.get("prefix") || "";
+  const q = params.get("q") || "";
+  const tag = params.get("tag") || "";
+  const mime = params.get("mimeType") || "";
+  const go = (changes) => {
+    const next = { prefix, q, tag, mimeType: mime, ...changes };
+    location.hash = `#/t/${enc(slug)}/browse${qs(next)}`;
+  };
+  const search = h("input", { type: "search", id: "search", name: "q", value: q, placeholder: "words in name, URI or text" });
+  const tagIn = h("input", { id: "filter-tag", name: "tag", value: tag, size: 12 });
+  const mimeIn = h("input", { id: "filter-mime", name: "mimeType", value: mime, size: 14, placeholder: "image/*" });
+  // A search covers the whole tenant unless a prefix is typed; filters alone keep the folder.
+  const prefixIn = h("input", { id: "filter-prefix", name: "prefix", value: q ? prefix : "", size: 28, placeholder: prefix && !q ? "this folder" : "any" });
+  const form = h("form", { class: "inline", id: "filters", role: "search" },
+    field("Search", search), field("Prefix", prefixIn), field("Tag", tagIn), field("MIME type", mimeIn),
+    h("button", { type: "submit" }, "Apply"),
+    h("a", { class: "button", href: `#/t/${enc(slug)}/new${qs({ prefix })}` }, "New resource"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const words = search.value.trim();
+    go({ q: words, tag: tagIn.value.trim(), mimeType: mimeIn.value.trim(), prefix: prefixIn.value || (words ? "" : prefix) });
+  });
+  const crumbs = h("nav", { class: "crumbs", "aria-label": "Folder" },
+    link(slug, `#/t/${enc(slug)}/browse${qs({ tag, mimeType: mime })}`),
+    crumbsOf(prefix).map((p, i, all) => [" / ", i === all.length - 1 ? h("strong", {}, p.slice(i ? all[i - 1].length : 0)) : link(p.slice(i ? all[i - 1].length : 0), `#/t/${enc(slug)}/browse${qs({ prefix: p, tag, mimeType: mime })}`)]));
+  const body = h("tbody");
+  const status = h("p", { class: "muted small", id: "listing-status" });
+  const more = h("button", { type: "button", class: "secondary", id: "more", hidden: true }, "Load more");
+  const out = h("div");
+  page(q ? `Search: ${q}` : "Resources", form, q ? null : crumbs,
+    h("table", { class: "tree", id: "listing" }, h("thead", {}, h("tr", {}, h("th", {}, "Name"), h("th", {}, "MIME type"), h("th", {}, "Size"), h("th", {}, "Updated"))), body),
+    status, more, out);
+  let cursor = null;
+  let shown = 0;
+  async function load() {
+    more.disabled = true;
+    await guarded(out, async () => {
+      const common = { tag, mimeType: mime, cursor, limit: 100 };
+      const pageData = q
+        ? await get(`${T(slug)}/resources${qs({ q, uriPrefix: prefix, ...common })}`)
+        : await get(`${T(slug)}/tree${qs({ prefix, ...common })}`);
+      for (const item of pageData.items) {
+        const r = q ? item : item.resource;
+        if (!q && item.kind === "folder") {
+          append(body, [h("tr", {}, h("td", {}, link(item.name, `#/t/${enc(slug)}/browse${qs({ prefix: item.prefix, tag, mimeType: mime })}`, { class: "folder" })), h("td", { class: "muted" }, "folder"), h("td"), h("td"))]);
+        } else {
+          append(body, [h("tr", { dataset: { uri: r.uri } },
+            h("td", {}, link(q ? r.uri : item.name, `#/t/${enc(slug)}/r/${r.id}`, { class: "file", title: r.uri }), r.title ? h("div", { class: "small muted" }, r.title) : null),
+            h("td", {}, r.mimeType || "—"), h("td", { class: "num" }, bytes(r.size)), h("td", {}, when(r.updatedAt)))]);
+        }
+        shown += 1;
+      }
+      cursor = pageData.nextCursor || null;
+      more.hidden = !cursor;
+      status.textContent = `${shown} ${q ? "matches" : "entries"} shown${cursor ? " (more available)" : ""}`;
+    });
+    more.disabled = false;
+  }
+  more.addEventListener("click", load);
+  onLiveChange = (change) => {
+    if (change.kind === "resource" && (!prefix || (change.uri || "").startsWith(prefix))) {
+      status.textContent += " · changed since loaded: ";
+      append(status, [link("refresh", location.hash, { id: "refresh", onclick: (e) => { e.preventDefault(); route(); } })]);
+    }
+  };
+  await load();
+}
+
+// -- a resource -----------------------------------------------------------------------------------
+
+function displayText(text, mimeType) {
+  let shown = text;
+  let kind = "text";
+  if (/json/.test(mimeType || "")) {
+    try { shown = JSON.stringify(JSON.parse(text), null, 2); kind = "JSON"; } catch { kind = "JSON (not valid)"; }
+  } else if (/markdown/.test(mimeType || "")) kind = "Markdown source";
+  else if (/html|xml/.test(mimeType || "")) kind = "markup source (not rendered)";
+  else if (mimeType && !mimeType.startsWith("text/plain")) kind = mimeType;
+  return h("figure", {}, h("figcaption", { class: "small muted" }, kind), h("pre", { id: "content-text" }, shown));
+}
+
+async function resourcePage(slug, id, params) {
+  page("Resource");
+  const out = h("div");
+  append(main, [out]);
+  let current = await guarded(out, () => call("GET", `${T(slug)}/resources/${id}?include=content`));
+  if (!current) return;
+  render(current);
+
+  function render({ data: r, etag }) {
+    clear(main);
+    const editing = params.get("edit") === "1";
+    const links = h("p", {}, link("History", `#/t/${enc(slug)}/r/${id}/history`, { id: "history-link" }), " · ",
+      link("Edit", `#/t/${enc(slug)}/r/${id}?edit=1`, { id: "edit-link" }), " · ",
+      link("Up to folder", `#/t/${enc(slug)}/browse${qs({ prefix: r.uri.slice(0, r.uri.lastIndexOf("/") + 1) })}`));
+    const meta = h("dl", { class: "meta", id: "meta" });
+    const pairs = [["URI", h("code", {}, r.uri)], ["Name", r.name], ["Title", r.title], ["Description", r.description],
+      ["MIME type", r.mimeType], ["Size", bytes(r.size)], ["ETag", h("code", { id: "etag" }, etag)], ["Version", String(r.version)],
+      ["Tags", (r.tags || []).length ? r.tags.map((t) => h("span", { class: "tag" }, t)) : "—"],
+      ["Annotations", r.annotations ? h("code", {}, JSON.stringify(r.annotations)) : "—"],
+      ["Consent message", r.consentMessage], ["Created", when(r.createdAt)], ["Updated", when(r.updatedAt)], ["Blob", r.blobSha256 ? h("code", {}, r.blobSha256) : null]];
+    for (const [k, v] of pairs) if (v !== undefined && v !== null && v !== "") append(meta, [h("dt", {}, k), h("dd", {}, v)]);
+    const preview = h("section", { class: "preview", id: "preview" });
+    const notice = h("div", { id: "live-notice" });
+    page(r.name, links, notice, h("div", { class: "grid2" }, h("section", {}, h("h2", {}, "Metadata"), meta), h("section", {}, h("h2", {}, "Content"), preview)));
+    if (r.text !== undefined && r.text !== null) append(preview, [displayText(r.text, r.mimeType)]);
+    else if (r.blobSha256) {
+      const mime = r.mimeType || "";
+      blobUrl(slug, r.blobSha256, mime).then((url) => {
+        if (mime.startsWith("image/")) append(preview, [h("img", { src: url, alt: `preview of ${r.name}`, id: "image-preview" })]);
+        else if (mime === "application/pdf") append(preview, [h("iframe", { src: url, title: `PDF ${r.name}`, id: "pdf-preview" })]);
+        append(preview, [h("p", {}, h("a", { href: url, download: r.name }, "Download"), ` (${bytes(r.size)})`)]);
+      }).catch((err) => append(preview, [problemBox(err)]));
+    } else append(preview, [h("p", { class: "muted" }, r.mimeType === "inode/directory" ? "A directory: no content of its own." : "No content.")]);
+    if (editing) append(main, [editForm(r, etag)]);
+    onLiveChange = (change) => {
+      if (change.kind === "resource" && change.uri === r.uri && change.op !== "created") {
+        clear(notice);
+        append(notice, [h("div", { class: "notice" }, `This resource was ${change.op} elsewhere (change #${change.seq}). `,
+          h("button", { type: "button", class: "secondary", onclick: () => route() }, "Reload"))]);
+      }
+    };
+  }
+
+  function editForm(r, etag) {
+    const fields = {
+      name: h("input", { id: "edit-name", value: r.name, required: true, size: 40 }),
+      title: h("input", { id: "edit-title", value: r.title || "", size: 40 }),
+      description: h("input", { id: "edit-description", value: r.description || "", size: 60 }),
+      mimeType: h("input", { id: "edit-mime", value: r.mimeType || "", size: 24 }),
+      tags: h("input", { id: "edit-tags", value: (r.tags || []).join(", "), size: 40 }),
+    };
+    const hasText = r.text !== undefined && r.text !== null || (!r.blobSha256 && r.mimeType !== "inode/directory");
+    const text = hasText ? h("textarea", { id: "edit-text", spellcheck: false }) : null;
+    if (text) text.value = r.text || "";
+    const out = h("div", { id: "save-result" });
+    const form = h("form", { id: "edit-form" }, h("h2", {}, "Edit"),
+      field("Name", fields.name), field("Title", fields.title), field("Description", fields.description),
+      field("MIME type", fields.mimeType), field("Tags (comma separated)", fields.tags),
+      text ? field("Text", text) : null,
+      h("button", { type: "submit", id: "save" }, "Save"), " ", link("Cancel", `#/t/${enc(slug)}/r/${id}`), out);
+    function body() {
+      const b = {
+        name: fields.name.value,
+        title: fields.title.value || null,
+        description: fields.description.value || null,
+        mimeType: fields.mimeType.value || null,
+        tags: fields.tags.value.split(",").map((t) => t.trim()).filter(Boolean),
+      };
+      if (text) b.text = text.value;
+      return b;
+    }
+    async function save(ifMatch) {
+      clear(out);
+      try {
+        await call("PATCH", `${T(slug)}/resources/${id}`, { body: body(), headers: { "If-Match": ifMatch } });
+        location.hash = `#/t/${enc(slug)}/r/${id}`;
+      } catch (err) {
+        if (err instanceof ApiError && err.status === 412) return conflict();
+        append(out, [problemBox(err)]);
+      }
+    }
+    async function conflict() {
+      const theirs = await call("GET", `${T(slug)}/resources/${id}?include=content`);
+      const t = theirs.data;
+      const rows = lineDiff(t.text ?? JSON.stringify(t, null, 2), text ? text.value : JSON.stringify(body(), null, 2));
+      append(out, [h("div", { class: "conflict", id: "conflict", role: "alert" },
+        h("strong", {}, "412 — someone else changed this resource while you were editing."),
+        h("p", {}, `It is now at version ${t.version} (ETag ${theirs.etag}), changed ${when(t.updatedAt)}. Their version (−) against yours (+):`),
+        h("div", { class: "diff mono" }, rows.map(([op, line]) => h("span", { class: op === "+" ? "add" : op === "-" ? "del" : "" }, `${op} ${line}`))),
+        h("div", { class: "bar" },
+          h("button", { type: "button", class: "secondary", id: "conflict-reload", onclick: () => route() }, "Reload (discard my edit)"),
+          h("button", { type: "button", class: "danger", id: "conflict-overwrite", onclick: () => save(theirs.etag) }, "Overwrite with mine")))]);
+      document.getElementById("conflict-reload").focus();
+    }
+    form.addEventListener("submit", (event) => { event.preventDefault(); save(etag); });
+    return form;
+  }
+}
+
+async function newResourcePage(slug, params) {
+  const uri = h("input", { id: "new-uri", value: params.get("prefix") || "file:///", required: true, size: 60 });
+  const name = h("input", { id: "new-name", required: true });
+  const mime = h("input", { id: "new-mime", value: "text/plain" });
+  const text = h("textarea", { id: "new-text" });
+  const out = h("div");
+  const form = h("form", { id: "new-resource" }, field("URI", uri), field("Name", name), field("MIME type", mime), field("Text", text), h("button", { type: "submit" }, "Create"), out);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clear(out);
+    await guarded(out, async () => {
+      const { data } = await call("POST", `${T(slug)}/resources`, { body: { uri: uri.value, name: name.value, mimeType: mime.value || undefined, text: text.value } });
+      location.hash = `#/t/${enc(slug)}/r/${data.id}`;
+    });
+  });
+  page("New resource", form);
+}
+
+// -- history --------------------------------------------------------------------------------------
+
+async function historyPage(slug, id) {
+  page("History");
+  const out = h("div");
+  append(main, [out]);
+  const data = await guarded(out, () => get(`${T(slug)}/resources/${id}/versions`));
+  if (!data) return;
+  const versions = data.items;
+  const latest = versions.length ? versions[0].version : 0;
+  const pick = { a: versions.length > 1 ? versions[1].version : latest, b: latest };
+  const diff = h("section", { id: "diff" });
+  const rows = versions.map((v) => h("tr", { dataset: { version: String(v.version) } },
+    h("td", {}, radio("a", v.version)), h("td", {}, radio("b", v.version)),
+    h("td", {}, `v${v.version}`), h("td", {}, when(v.changedAt)), h("td", {}, v.changedBy),
+    h("td", {}, h("code", { class: "small" }, v.resource.uri)),
+    h("td", {}, v.version === latest ? h("span", { class: "muted" }, "current") : twoStep(`Restore v${v.version}`, `Confirm restore of v${v.version}`, () => guarded(out, async () => {
+      await call("POST", `${T(slug)}/resources/${id}/versions/${v.version}/restore`);
+      location.hash = `#/t/${enc(slug)}/r/${id}`;
+    }), "danger"))));
+  function radio(side, version) {
+    const r = h("input", { type: "radio", name: `side-${side}`, value: String(version), "aria-label": `${side === "a" ? "from" : "to"} v${version}` });
+    r.checked = pick[side] === version;
+    r.addEventListener("change", () => { pick[side] = version; });
+    return r;
+  }
+  const compare = h("button", { type: "button", id: "compare" }, "Compare selected");
+  compare.addEventListener("click", () => guarded(diff, async () => {
+    clear(diff);
+    const [a, b] = await Promise.all([get(`${T(slug)}/resources/${id}/versions/${pick.a}`), get(`${T(slug)}/resources/${id}/versions/${pick.b}`)]);
+    const metaRows = lineDiff(JSON.stringify(a.resource, null, 2), JSON.stringify(b.resource, null, 2));
+    const textRows = lineDiff(a.text ?? (a.blobSha256 ? `blob ${a.blobSha256}` : ""), b.text ?? (b.blobSha256 ? `blob ${b.blobSha256}` : ""));
+    const show = (rowsOf) => h("div", { class: "diff mono" }, rowsOf.map(([op, line]) => h("span", { class: op === "+" ? "add" : op === "-" ? "del" : "" }, `${op} ${line}`)));
+    append(diff, [h("h2", {}, `v${a.version} → v${b.version}`), h("h3", {}, "Metadata"), show(metaRows), h("h3", {}, "Content"), show(textRows)]);
+  }));
+  page("History", h("p", {}, link("Back to the resource", `#/t/${enc(slug)}/r/${id}`)),
+    h("table", { id: "versions" }, h("thead", {}, h("tr", {}, h("th", {}, "From"), h("th", {}, "To"), h("th", {}, "Version"), h("th", {}, "When"), h("th", {}, "By"), h("th", {}, "URI"), h("th", {}, ""))), h("tbody", {}, rows)),
+    h("p", {}, compare), diff, out);
+}
+
+// -- upload ---------------------------------------------------------------------------------------
+
+function uploadPage(slug, params) {
+  const prefix = h("input", { id: "upload-prefix", value: params.get("prefix") || "file:///uploads/", size: 50 });
+  const input = h("input", { type: "file", id: "upload-files", multiple: true });
+  const list = h("ul", { id: "upload-list" });
+  const zone = h("div", { class: "drop", id: "drop-zone" }, "Drop files here, or choose them: ", input);
+  zone.addEventListener("dragover", (e) => { e.preventDefault(); zone.classList.add("over"); });
+  zone.addEventListener("dragleave", () => zone.classList.remove("over"));
+  zone.addEventListener("drop", (e) => { e.preventDefault(); zone.classList.remove("over"); send([...e.dataTransfer.files]); });
+  input.addEventListener("change", () => send([...input.files]));
+  async function send(files) {
+    await Promise.all(files.map(async (file) => {
+      const bar = h("progress", { max: 1, value: 0 });
+      const state = h("span", {}, " uploading…");
+      const item = h("li", { dataset: { file: file.name } }, h("code", {}, file.name), ` (${bytes(file.size)}) `, bar, state);
+      append(list, [item]);
+      try {
+        const blob = await upload(slug, file, (f) => { bar.value = f; });
+        bar.value = 1;
+        const uri = prefix.value + file.name;
+        const { data } = await call("PUT", `${T(slug)}/resources${qs({ uri })}`, { body: { name: file.name, mimeType: blob.mimeType || file.type || undefined, blobSha256: blob.sha256 } });
+        clear(state);
+        append(state, [" done: ", link(uri, `#/t/${enc(slug)}/r/${data.id}`)]);
+      } catch (err) {
+        clear(state);
+        append(state, [problemBox(err)]);
+      }
+    }));
+  }
+  page("Upload", field("Into folder (URI prefix)", prefix), zone, list);
+}
+
+// -- templates ------------------------------------------------------------------------------------
+
+async function templatesPage(slug, params) {
+  const editId = params.get("edit");
+  const list = h("div");
+  const editor = h("section", { id: "template-editor" });
+  page("Templates", list, editor);
+  await guarded(list, async () => {
+    const { items } = await get(`${T(slug)}/templates?limit=1000`);
+    append(list, [h("table", { id: "templates" }, h("thead", {}, h("tr", {}, h("th", {}, "URI template"), h("th", {}, "Name"), h("th", {}, "MIME type"), h("th", {}, ""))),
+      h("tbody", {}, items.map((t) => h("tr", {}, h("td", {}, h("code", {}, t.uriTemplate)), h("td", {}, t.name), h("td", {}, t.mimeType || "—"),
+        h("td", {}, link("Edit", `#/t/${enc(slug)}/templates?edit=${t.id}`), " ", twoStep("Delete", "Confirm delete", () => guarded(list, async () => { await call("DELETE", `${T(slug)}/templates/${t.id}`); route(); }))))))),
+    h("p", {}, link("New template", `#/t/${enc(slug)}/templates?edit=new`, { id: "new-template" }))]);
+  });
+  if (!editId) return;
+  let existing = null;
+  if (editId !== "new") existing = await guarded(editor, () => get(`${T(slug)}/templates/${editId}`));
+  const f = {
+    uriTemplate: h("input", { id: "tpl-uri", value: existing?.uriTemplate || "", size: 50, required: true, placeholder: "file:///users/{id}.json" }),
+    name: h("input", { id: "tpl-name", value: existing?.name || "", required: true }),
+    mimeType: h("input", { id: "tpl-mime", value: existing?.mimeType || "" }),
+    text: h("textarea", { id: "tpl-text", spellcheck: false }),
+  };
+  f.text.value = existing?.text || "";
+  const args = h("div", { id: "tpl-args" });
+  const values = {};
+  const preview = h("div", { id: "tpl-preview", "aria-live": "polite" });
+  const out = h("div");
+  let timer = null;
+  const refresh = () => { clearTimeout(timer); timer = setTimeout(renderPreview, 200); };
+  async function renderPreview() {
+    clear(preview);
+    if (!f.uriTemplate.value) return;
+    try {
+      const { data } = await call("POST", `${T(slug)}/templates/preview`, { body: { uriTemplate: f.uriTemplate.value, mimeType: f.mimeType.value || undefined, text: f.text.value || undefined, arguments: values } });
+      const names = [...args.querySelectorAll("input")].map((i) => i.name);
+      if (names.join() !== data.variables.join()) {
+        clear(args);
+        for (const v of data.variables) {
+          const input = h("input", { name: v, id: `tpl-arg-${v}`, value: values[v] || "" });
+          input.addEventListener("input", () => { values[v] = input.value; refresh(); });
+          append(args, [field(`Sample ${v}`, input)]);
+        }
+      }
+      append(preview, [h("p", {}, "Expands to ", h("code", { id: "tpl-preview-uri" }, data.uri)), data.text !== undefined ? h("pre", { id: "tpl-preview-text" }, data.text) : null]);
+    } catch (err) {
+      append(preview, [problemBox(err)]);
+    }
+  }
+  for (const input of [f.uriTemplate, f.mimeType, f.text]) input.addEventListener("input", refresh);
+  const form = h("form", { id: "template-form" }, h("h2", {}, existing ? `Edit ${existing.uriTemplate}` : "New template"),
+    field("URI template", f.uriTemplate), field("Name", f.name), field("MIME type", f.mimeType), field("Body ({variable} placeholders)", f.text),
+    h("h3", {}, "Preview"), args, preview, h("button", { type: "submit", id: "tpl-save" }, "Save template"), out);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clear(out);
+    await guarded(out, async () => {
+      const body = { uriTemplate: f.uriTemplate.value, name: f.name.value, mimeType: f.mimeType.value || null, text: f.text.value || null };
+      if (existing) await call("PATCH", `${T(slug)}/templates/${existing.id}`, { body });
+      else await call("POST", `${T(slug)}/templates`, { body });
+      location.hash = `#/t/${enc(slug)}/templates`;
+    });
+  });
+  append(editor, [form]);
+  renderPreview();
+}
+
+// -- grants ---------------------------------------------------------------------------------------
+
+async function grantsPage(slug, params) {
+  const list = h("div");
+  const scope = h("input", { id: "grant-scope", required: true, value: params.get("scope") || "" });
+  const kind = h("select", { id: "grant-kind" }, h("option", { value: "uriPrefix" }, "URI prefix"), h("option", { value: "uri" }, "exact URI"), h("option", { value: "tag" }, "tag"));
+  const value = h("input", { id: "grant-value", required: true, size: 40 });
+  const out = h("div");
+  const form = h("form", { class: "inline", id: "grant-form" }, field("Scope", scope), field("Selector", kind), field("Value", value), h("button", { type: "submit" }, "Add grant"));
+  const previewScope = h("input", { id: "preview-scope", value: params.get("scope") || "" });
+  const previewOut = h("div", { id: "scope-preview", "aria-live": "polite" });
+  const previewForm = h("form", { class: "inline", id: "preview-form" }, field("Scope", previewScope), h("button", { type: "submit" }, "Preview what it sees"));
+  page("Grants", h("h2", {}, "Add a grant"), form, out, h("h2", {}, "What a scope sees"), previewForm, previewOut, h("h2", {}, "All grants"), list);
+  async function preview(s) {
+    clear(previewOut);
+    if (!s) return;
+    await guarded(previewOut, async () => {
+      const p = await get(`${T(slug)}/grants/preview${qs({ scope: s })}`);
+      append(previewOut, [h("p", { id: "scope-count" }, `Scope “${p.scope}” sees ${p.count.toLocaleString("en")} resource${p.count === 1 ? "" : "s"}`, p.count ? `; first ${p.items.length}:` : "."),
+        h("ul", {}, p.items.map((i) => h("li", {}, link(i.uri, `#/t/${enc(slug)}/r/${i.id}`))))]);
+    });
+  }
+  previewForm.addEventListener("submit", (e) => { e.preventDefault(); preview(previewScope.value.trim()); });
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clear(out);
+    await guarded(out, async () => {
+      const { data } = await call("POST", `${T(slug)}/grants`, { body: { scope: scope.value.trim(), [kind.value]: value.value } });
+      for (const w of data.warnings || []) append(out, [h("div", { class: "notice" }, w)]);
+      previewScope.value = data.scope;
+      await Promise.all([load(), preview(data.scope)]);
+    });
+  });
+  async function load() {
+    clear(list);
+    await guarded(list, async () => {
+      const { items } = await get(`${T(slug)}/grants`);
+      append(list, [h("table", { id: "grants" }, h("thead", {}, h("tr", {}, h("th", {}, "Scope"), h("th", {}, "Gives sight of"), h("th", {}, "Created"), h("th", {}, ""))),
+        h("tbody", {}, items.map((g) => h("tr", {}, h("td", {}, h("button", { type: "button", class: "secondary", onclick: () => { previewScope.value = g.scope; preview(g.scope); } }, g.scope)),
+          h("td", {}, g.uri ? ["URI ", h("code", {}, g.uri)] : g.uriPrefix ? ["prefix ", h("code", {}, g.uriPrefix)] : ["tag ", h("span", { class: "tag" }, g.tag)]),
+          h("td", {}, when(g.createdAt)), h("td", {}, twoStep("Remove", "Confirm remove", () => guarded(list, async () => { await call("DELETE", `${T(slug)}/grants/${g.id}`); await Promise.all([load(), preview(previewScope.value.trim())]); })))))))]);
+    });
+  }
+  await Promise.all([load(), preview(previewScope.value.trim())]);
+}
+
+// -- tokens ---------------------------------------------------------------------------------------
+
+async function tokensPage(slug) {
+  const list = h("div");
+  const name = h("input", { id: "token-name" });
+  const scopes = h("input", { id: "token-scopes", placeholder: "agents, public", size: 30 });
+  const admin = h("input", { type: "checkbox", id: "token-admin" });
+  const expires = h("input", { type: "date", id: "token-expires" });
+  const out = h("div", { id: "token-created" });
+  const form = h("form", { class: "inline", id: "token-form" }, field("Name", name), field("Scopes (comma separated)", scopes), field("Tenant admin", admin), field("Expires", expires), h("button", { type: "submit" }, "Create token"));
+  page("Tokens", h("h2", {}, "New token"), form, out, h("h2", {}, "Tokens"), list);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clear(out);
+    await guarded(out, async () => {
+      const body = { name: name.value || undefined, scopes: scopes.value.split(",").map((s) => s.trim()).filter(Boolean), admin: admin.checked };
+      if (expires.value) body.expiresAt = new Date(`${expires.value}T23:59:59Z`).toISOString();
+      const { data } = await call("POST", `${T(slug)}/tokens`, { body });
+      const secret = h("code", { id: "token-secret" }, data.token);
+      const copy = h("button", { type: "button", id: "copy-token" }, "Copy");
+      copy.addEventListener("click", async () => {
+        try { await navigator.clipboard.writeText(data.token); copy.textContent = "Copied"; } catch { copy.textContent = "Copy failed: select the text"; }
+      });
+      append(out, [h("div", { class: "secret", role: "status" }, h("strong", {}, "Copy this token now: it is shown only once."), h("p", {}, secret, " ", copy),
+        h("button", { type: "button", class: "secondary", onclick: () => clear(out) }, "Done"))]);
+      copy.focus();
+      await load();
+    });
+  });
+  async function load() {
+    clear(list);
+    await guarded(list, async () => {
+      const { items } = await get(`${T(slug)}/tokens`);
+      append(list, [h("table", { id: "tokens" }, h("thead", {}, h("tr", {}, h("th", {}, "Id"), h("th", {}, "Name"), h("th", {}, "Scopes"), h("th", {}, "Admin"), h("th", {}, "Expires"), h("th", {}, "State"), h("th", {}, ""))),
+        h("tbody", {}, items.map((t) => h("tr", { dataset: { id: String(t.id) } }, h("td", {}, String(t.id)), h("td", {}, t.name || "—"), h("td", {}, t.scopes.map((s) => h("span", { class: "tag" }, s))),
+          h("td", {}, t.admin ? "yes" : "no"), h("td", {}, when(t.expiresAt)), h("td", {}, t.revokedAt ? `revoked ${when(t.revokedAt)}` : "active"),
+          h("td", {}, t.revokedAt ? null : twoStep("Revoke", "Confirm revoke", () => guarded(list, async () => { await call("DELETE", `${T(slug)}/tokens/${t.id}`); await load(); })))))))]);
+    });
+  }
+  await load();
+}
+
+// -- activity -------------------------------------------------------------------------------------
+
+async function activityPage(slug) {
+  const auditFilter = h("input", { type: "search", id: "audit-filter", placeholder: "action, principal or URI" });
+  const auditBody = h("tbody");
+  const auditMore = h("button", { type: "button", class: "secondary", hidden: true }, "Older entries");
+  const kind = h("select", { id: "changes-kind" }, ["", "resource", "template", "grant"].map((k) => h("option", { value: k }, k || "any kind")));
+  const op = h("select", { id: "changes-op" }, ["", "created", "updated", "deleted"].map((k) => h("option", { value: k }, k || "any change")));
+  const uriFilter = h("input", { type: "search", id: "changes-uri", placeholder: "URI contains" });
+  const after = h("input", { type: "number", id: "changes-after", min: 0, placeholder: "latest", size: 8 });
+  const changesBody = h("tbody", { id: "changes-body" });
+  const changesMore = h("button", { type: "button", class: "secondary", hidden: true }, "Later changes");
+  const out = h("div");
+  page("Activity", out,
+    h("h2", {}, "Change feed ", h("span", { class: "small muted" }, "(live)")),
+    h("div", { class: "bar" }, field("Kind", kind), field("Change", op), field("URI", uriFilter), field("After seq", after), h("button", { type: "button", id: "changes-load", onclick: () => { clear(changesBody); last = after.value === "" ? null : Number(after.value); loadChanges(); } }, "Load")),
+    h("table", { id: "changes" }, h("thead", {}, h("tr", {}, h("th", {}, "Seq"), h("th", {}, "Kind"), h("th", {}, "Change"), h("th", {}, "URI"), h("th", {}, "At"))), changesBody), changesMore,
+    h("h2", {}, "Audit log"), h("div", { class: "bar" }, field("Filter", auditFilter)),
+    h("table", { id: "audit" }, h("thead", {}, h("tr", {}, h("th", {}, "When"), h("th", {}, "Who"), h("th", {}, "Action"), h("th", {}, "Target"))), auditBody), auditMore);
+  const matches = (row) => {
+    const text = row.dataset.search || "";
+    return text.includes(auditFilter.value.toLowerCase());
+  };
+  const changeVisible = (c) => (!kind.value || c.kind === kind.value) && (!op.value || c.op === op.value) && (!uriFilter.value || (c.uri || "").includes(uriFilter.value));
+  const applyFilters = () => {
+    for (const row of auditBody.children) row.hidden = !matches(row);
+    for (const row of changesBody.children) row.hidden = !changeVisible(JSON.parse(row.dataset.change));
+  };
+  for (const input of [auditFilter, kind, op, uriFilter]) input.addEventListener("input", applyFilters);
+  const changeRow = (c) => {
+    const row = h("tr", { dataset: { change: JSON.stringify(c), seq: String(c.seq) } }, h("td", { class: "num" }, String(c.seq)), h("td", {}, c.kind), h("td", {}, c.op), h("td", {}, h("code", {}, c.uri || "")), h("td", {}, when(c.at)));
+    row.hidden = !changeVisible(c);
+    return row;
+  };
+  let auditCursor = null;
+  let last = null; // null: start with the latest changes
+  async function loadAudit() {
+    await guarded(out, async () => {
+      const p = await get(`${T(slug)}/audit${qs({ cursor: auditCursor, limit: 100 })}`);
+      for (const e of p.items) {
+        const row = h("tr", { dataset: { search: `${e.action} ${e.principal} ${e.uri || ""}`.toLowerCase() } }, h("td", {}, when(e.at)), h("td", {}, e.principal), h("td", {}, e.action), h("td", {}, h("code", {}, e.uri || `${e.targetKind} ${e.targetId ?? ""}`)));
+        row.hidden = !matches(row);
+        append(auditBody, [row]);
+      }
+      auditCursor = p.nextCursor || null;
+      auditMore.hidden = !auditCursor;
+    });
+  }
+  async function loadChanges() {
+    await guarded(out, async () => {
+      const p = await get(`${T(slug)}/changes${last === null ? qs({ tail: 100 }) : qs({ after: last, limit: 500 })}`);
+      for (const c of p.items) append(changesBody, [changeRow(c)]);
+      last = p.lastSeq;
+      changesMore.hidden = !p.nextCursor;
+    });
+  }
+  auditMore.addEventListener("click", loadAudit);
+  changesMore.addEventListener("click", loadChanges);
+  onLiveChange = (c) => { if (last !== null && c.seq > last) { append(changesBody, [changeRow(c)]); last = c.seq; } };
+  await Promise.all([loadAudit(), loadChanges()]);
+}
+
+// -- routing --------------------------------------------------------------------------------------
+
+async function route() {
+  onLiveChange = null;
+  const { parts, params } = parseRoute();
+  if (!session.token) { followTenant(null); renderNav(null); return signInPage(); }
+  if (!me) {
+    try { me = await get("whoami"); } catch (err) {
+      session.signOut();
+      return signInPage(err instanceof ApiError ? `${err.status} ${err.problem.title}: ${err.problem.detail || ""}` : String(err));
+    }
+    renderWho();
+  }
+  if (parts[0] === "signin") return signInPage();
+  if (parts[0] === "t" && parts[1]) {
+    const slug = parts[1];
+    const section = parts[2] || "browse";
+    renderNav(slug, section === "r" || section === "new" ? "browse" : section);
+    followTenant(slug);
+    switch (section) {
+      case "browse": return browsePage(slug, params);
+      case "new": return newResourcePage(slug, params);
+      case "r": return parts[4] === "history" ? historyPage(slug, parts[3]) : resourcePage(slug, parts[3], params);
+      case "upload": return uploadPage(slug, params);
+      case "templates": return templatesPage(slug, params);
+      case "grants": return grantsPage(slug, params);
+      case "tokens": return tokensPage(slug);
+      case "activity": return activityPage(slug);
+      default: return page("Not found", h("p", {}, "No such page."));
+    }
+  }
+  followTenant(null);
+  if (me.kind !== "platform") { location.hash = `#/t/${enc(me.tenant)}/browse`; return undefined; }
+  renderNav(null, "tenants");
+  return tenantsPage();
+}
+
+window.addEventListener("hashchange", route);
+route();
