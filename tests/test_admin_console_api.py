@@ -14,20 +14,9 @@ import pytest
 
 from catalog.app import create_app
 from catalog.settings import Settings
+from tests.admin_support import ADMIN, API, assert_problem, bearer, create_resource, mint_token
 
 from .conftest import run_live_server
-from .test_admin_support import (  # noqa: F401  (fixtures)
-    ADMIN,
-    API,
-    app,
-    assert_problem,
-    bearer,
-    client,
-    create_resource,
-    db,
-    mint_token,
-    tenant,
-)
 
 
 def res(slug: str, suffix: str = "") -> str:
