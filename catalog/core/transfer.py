@@ -30,7 +30,7 @@ import stat
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 from urllib.parse import quote
 
 import pathspec
@@ -42,6 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from catalog.core.errors import CatalogError
 from catalog.core.principal import Principal
 from catalog.core.resources import MAX_PAGE, ResourceRecord, list_page, upsert_many
+from catalog.core.resources.bulk import Prepared, prepare, upsert_all
 from catalog.core.schemas import DIRECTORY_MIME_TYPE, ResourceIn
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
@@ -49,6 +50,8 @@ from catalog.core.uris import InvalidUri, normalize_uri
 from catalog.core.visibility import load_visibility
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import blobs, resources
+
+_T = TypeVar("_T")
 
 BATCH_SIZE = 500
 IMPORT_WRITERS = 2  # batches written at once (each on a connection of its own)
@@ -373,7 +376,7 @@ def _batches(
         yield batch
 
 
-async def _read_ahead(batches: Iterator[list[Item | Problem]]) -> AsyncIterator[list[Item | Problem]]:
+async def _read_ahead(batches: Iterator[_T]) -> AsyncIterator[_T]:
     """The batches, each read (files, JSON, validation) in a thread while the one before it is
     written: the database and the parsing work at the same time instead of taking turns."""
     upcoming = asyncio.ensure_future(asyncio.to_thread(next, batches, None))
@@ -396,8 +399,7 @@ _ITEM_ERRORS = (CatalogError, DataError, IntegrityError)
 
 def _error_reason(exc: Exception) -> str:
     if isinstance(exc, CatalogError):
-        details = "; ".join(f"{e.pointer}: {e.detail}" for e in exc.errors)
-        return f"{exc.detail} ({details})" if details else exc.detail
+        return exc.one_line()
     orig = getattr(exc, "orig", None) or exc
     return str(orig).strip().splitlines()[0] if str(orig).strip() else type(exc).__name__
 
@@ -484,6 +486,74 @@ async def import_items(
         for task, _, _ in in_flight:
             task.cancel()
         await asyncio.gather(*(task for task, _, _ in in_flight), return_exceptions=True)
+    return report
+
+
+CHUNK_SIZE = 5000  # bodies parsed, checked and COPYed at a time by the set-based import
+
+
+def _prepared_chunks(
+    items: Iterable[Item | Problem], max_bytes: int
+) -> Iterator[tuple[list[Prepared | Problem], int]]:
+    """Items as staging rows (or Problems), with the progress weight of each chunk; runs in the
+    read-ahead thread, so parsing and checking overlap the database's work."""
+    chunk: list[Prepared | Problem] = []
+    weight = 0
+    for ordinal, item in enumerate(items):
+        weight += item.weight
+        if isinstance(item, Problem):
+            chunk.append(item)
+        else:
+            try:
+                chunk.append(prepare(item.location, ordinal, item.body, max_bytes))
+            except CatalogError as exc:
+                chunk.append(Problem(item.location, exc.one_line(), item.weight))
+        if len(chunk) >= CHUNK_SIZE:
+            yield chunk, weight
+            chunk, weight = [], 0
+    if chunk or weight:
+        yield chunk, weight
+
+
+async def import_set(
+    catalog: Catalog,
+    principal: Principal,
+    tenant: Tenant,
+    items: Iterable[Item | Problem],
+    *,
+    on_problem: Callable[[Problem], None] = lambda problem: None,
+    on_progress: Callable[[int], None] = lambda weight: None,
+) -> ImportReport:
+    """Upsert ``items`` set-based, in one transaction (:mod:`catalog.core.resources.bulk`): all of
+    them, or -- when any is bad -- none, every bad one reported."""
+    report = ImportReport()
+    skipped: list[Problem] = []
+
+    async def chunks() -> AsyncIterator[list[Prepared | tuple[str, str]]]:
+        async for chunk, weight in _read_ahead(_prepared_chunks(items, catalog.settings.max_blob_bytes)):
+            out: list[Prepared | tuple[str, str]] = []
+            for item in chunk:
+                if isinstance(item, Problem):
+                    if item.skipped:
+                        skipped.append(item)
+                        on_problem(item)
+                    else:
+                        out.append((item.location, item.reason))
+                else:
+                    out.append(item)
+            yield out
+            on_progress(weight)
+
+    written = await upsert_all(catalog, principal, tenant, chunks())
+    report.skipped = skipped
+    for location, reason in written.failed:
+        found = Problem(location, reason)
+        report.failed.append(found)
+        on_problem(found)
+    if not written.failed:
+        report.created, report.updated, report.unchanged = written.created, written.updated, written.unchanged
+        if written.created:
+            await analyze_tables(catalog)
     return report
 
 
