@@ -145,8 +145,9 @@ class Prepared:
     names_blob: str | None = None
 
 
-def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"))
+def _json(value: Any) -> str:
+    # None as JSON null, as every other write path stores it (SQLAlchemy's JSON type does).
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _finish(values: list[Any], columns: dict[str, Any], text_sha256: str | None) -> None:
@@ -200,7 +201,7 @@ def prepare(location: str, line: int, body: ResourceIn, max_bytes: int) -> Prepa
 def _columns_of(values: Sequence[Any]) -> dict[str, Any]:
     named = dict(zip(STAGING_COLUMNS, values, strict=False))
     for key in ("icons", "annotations", "meta"):
-        named[key] = None if named[key] is None else json.loads(named[key])
+        named[key] = json.loads(named[key])
     return named
 
 
