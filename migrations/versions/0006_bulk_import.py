@@ -41,9 +41,13 @@ UPGRADE_SQL = (
     # A block of the tenant's change numbers in one call (SECURITY DEFINER for the reason of
     # catalog_next_change_seq: the app's role may not use a sequence it does not own).
     """
-    CREATE FUNCTION catalog_next_change_seqs(p_tenant bigint, p_count bigint) RETURNS SETOF bigint
-    LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
-        SELECT nextval(('catalog_change_seq_' || p_tenant)::regclass) FROM generate_series(1, p_count)
+    CREATE FUNCTION catalog_next_change_seqs(p_tenant bigint, p_count bigint) RETURNS bigint[]
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path FROM CURRENT AS $$
+    DECLARE
+        v_sequence regclass := ('catalog_change_seq_' || p_tenant)::regclass;  -- looked up once
+    BEGIN
+        RETURN ARRAY(SELECT nextval(v_sequence) AS seq FROM generate_series(1, p_count) ORDER BY seq);
+    END
     $$
     """,
     # The changes of one statement, in order (tags as text: arrays of arrays must be rectangular).
@@ -55,10 +59,9 @@ UPGRADE_SQL = (
         p_before text[], p_after text[]
     ) RETURNS void LANGUAGE plpgsql AS $$
     DECLARE
-        v_tenants bigint[];
-        v_first bigint[];
-        v_last bigint[];
-        v_count bigint[];
+        v_tenant bigint;
+        v_seqs bigint[];
+        v_n bigint;
     BEGIN
         IF p_tenants IS NULL THEN
             RETURN;
@@ -71,30 +74,27 @@ UPGRADE_SQL = (
             END LOOP;
             RETURN;
         END IF;
-        WITH changes AS (
-            SELECT c.*, row_number() OVER (PARTITION BY c.tenant_id ORDER BY c.ord) AS rn
-            FROM unnest(p_tenants, p_uris, p_ops, p_before, p_after)
-                 WITH ORDINALITY AS c(tenant_id, uri, op, tags_before, tags_after, ord)
-        ), counts AS (
-            SELECT tenant_id, count(*) AS n FROM changes GROUP BY tenant_id
-        ), seqs AS (
-            SELECT k.tenant_id, s.seq, row_number() OVER (PARTITION BY k.tenant_id ORDER BY s.seq) AS rn
-            FROM counts AS k CROSS JOIN LATERAL catalog_next_change_seqs(k.tenant_id, k.n) AS s(seq)
-        ), written AS (
-            INSERT INTO change_feed (tenant_id, seq, kind, uri, op, tags_before, tags_after)
-            SELECT c.tenant_id, s.seq, p_kind, c.uri, c.op, c.tags_before::text[], c.tags_after::text[]
-            FROM changes AS c JOIN seqs AS s USING (tenant_id, rn)
-            ORDER BY s.tenant_id, s.seq
-            RETURNING tenant_id, seq
-        )
-        SELECT array_agg(tenant_id), array_agg(first), array_agg(last), array_agg(n)
-        INTO v_tenants, v_first, v_last, v_count
-        FROM (SELECT tenant_id, min(seq) AS first, max(seq) AS last, count(*) AS n
-              FROM written GROUP BY tenant_id) AS g;
-        FOR i IN 1 .. coalesce(array_length(v_tenants, 1), 0) LOOP
+        -- Tenant by tenant (a statement of the app writes one tenant's rows: one round), the
+        -- tenant's changes numbered in statement order from one block of its sequence.
+        FOR v_tenant IN SELECT DISTINCT t FROM unnest(p_tenants) AS t ORDER BY t LOOP
+            IF p_tenants <@ ARRAY[v_tenant] THEN
+                v_seqs := catalog_next_change_seqs(v_tenant, array_length(p_tenants, 1));
+                INSERT INTO change_feed (tenant_id, seq, kind, uri, op, tags_before, tags_after)
+                SELECT v_tenant, v_seqs[c.ord], p_kind, c.uri, c.op, c.b::text[], c.a::text[]
+                FROM unnest(p_uris, p_ops, p_before, p_after) WITH ORDINALITY AS c(uri, op, b, a, ord);
+            ELSE
+                SELECT count(*) INTO v_n FROM unnest(p_tenants) AS t WHERE t = v_tenant;
+                v_seqs := catalog_next_change_seqs(v_tenant, v_n);
+                INSERT INTO change_feed (tenant_id, seq, kind, uri, op, tags_before, tags_after)
+                SELECT v_tenant, v_seqs[row_number() OVER (ORDER BY c.ord)], p_kind, c.uri, c.op,
+                       c.b::text[], c.a::text[]
+                FROM unnest(p_tenants, p_uris, p_ops, p_before, p_after)
+                     WITH ORDINALITY AS c(t, uri, op, b, a, ord)
+                WHERE c.t = v_tenant;
+            END IF;
             PERFORM pg_notify('catalog_changes', json_build_object(
-                't', v_tenants[i], 'k', p_kind, 'u', NULL, 'o', 'bulk',
-                'f', v_first[i], 's', v_last[i], 'n', v_count[i])::text);
+                't', v_tenant, 'k', p_kind, 'u', NULL, 'o', 'bulk',
+                'f', v_seqs[1], 's', v_seqs[array_length(v_seqs, 1)], 'n', array_length(v_seqs, 1))::text);
         END LOOP;
     END
     $$

@@ -229,7 +229,9 @@ async def upsert_all(
     try:
         async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
             raw = (await conn.get_raw_connection()).driver_connection
-            await raw.execute("SET LOCAL statement_timeout = 0")
+            # One transaction for the whole file: no request's time limit; sorts and hashes of a
+            # million rows in memory rather than spilled to disk.
+            await raw.execute("SET LOCAL statement_timeout = 0; SET LOCAL work_mem = '64MB'")
             await raw.execute(_CREATE_STAGING)
             await raw.execute(_CREATE_BEFORE)
             uris: set[str] = set()
