@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from catalog.cli.common import EXIT_FAILED, Commands, command, err
 from catalog.settings import ConfigError, get_settings
@@ -49,7 +49,15 @@ def add_commands(commands: Commands) -> None:
         help="leave out what F names, in .gitignore syntax, relative to PATH (a line '!__pycache__/'"
         " re-includes a default)",
     )
-    load.add_argument("--batch-size", type=int, default=None, help="resources per transaction (500)")
+    load.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="resources per transaction (500 for a directory). A .jsonl file is imported in one"
+        " transaction, set-based, all or nothing (a bad line fails the import and nothing is written);"
+        " with --batch-size it goes in batches instead, each on its own: bad lines are reported and"
+        " the rest imported, and a URI given on several lines gets a version per line",
+    )
     load.add_argument("--no-progress", action="store_true", help="no progress bar")
     load.set_defaults(run=import_command)
 
@@ -67,6 +75,9 @@ class _Source:
     total: int | None
     unit: str
     ignored: int = 0
+    # A JSONL file, also as its raw lines: imported set-based, in one transaction (no --batch-size).
+    stream: IO[bytes] | None = None
+    name: str = ""
 
 
 def _directory_options(args: argparse.Namespace) -> tuple[str, list[str]]:
@@ -104,10 +115,14 @@ def _open_source(args: argparse.Namespace, stack: contextlib.ExitStack) -> _Sour
     if args.prefix is not None or args.ignore_file is not None:
         raise ConfigError("--prefix and --ignore-file apply to a directory import only")
     if args.path == "-":
-        return _Source(jsonl_items(sys.stdin.buffer, "<stdin>"), None, "B")
+        return _Source(
+            jsonl_items(sys.stdin.buffer, "<stdin>"), None, "B", stream=sys.stdin.buffer, name="<stdin>"
+        )
     if path.is_file() and path.suffix.lower() == ".jsonl":
         stream = stack.enter_context(path.open("rb"))
-        return _Source(jsonl_items(stream, str(path)), path.stat().st_size, "B")
+        return _Source(
+            jsonl_items(stream, str(path)), path.stat().st_size, "B", stream=stream, name=str(path)
+        )
     if path.exists():
         raise ConfigError(f"{path} is neither a directory nor a .jsonl file")
     raise ConfigError(f"{path}: no such file or directory")
@@ -126,7 +141,7 @@ async def _import(catalog: Catalog, args: argparse.Namespace) -> int:
 
     from catalog.core.principal import Principal
     from catalog.core.tenants import get_tenant
-    from catalog.core.transfer import BATCH_SIZE, import_items
+    from catalog.core.transfer import BATCH_SIZE, PARALLEL_BYTES, PARSE_WORKERS, import_items, import_jsonl
     from catalog.runtime import settle_garbage_collector
 
     settle_garbage_collector()  # an import allocates and drops millions of objects
@@ -145,15 +160,28 @@ async def _import(catalog: Catalog, args: argparse.Namespace) -> int:
         def show(problem: Problem) -> None:
             tqdm.write(str(problem), file=sys.stderr)
 
-        report = await import_items(
-            catalog,
-            Principal.system("import"),
-            tenant,
-            source.items,
-            batch_size=args.batch_size or BATCH_SIZE,
-            on_problem=show,
-            on_progress=bar.update,
-        )
+        if source.stream is not None and args.batch_size is None:
+            big = source.total is None or source.total >= PARALLEL_BYTES
+            report = await import_jsonl(
+                catalog,
+                Principal.system("import"),
+                tenant,
+                source.stream,
+                source.name,
+                workers=PARSE_WORKERS if big else 0,
+                on_problem=show,
+                on_progress=bar.update,
+            )
+        else:
+            report = await import_items(
+                catalog,
+                Principal.system("import"),
+                tenant,
+                source.items,
+                batch_size=args.batch_size or BATCH_SIZE,
+                on_problem=show,
+                on_progress=bar.update,
+            )
     summary = f"{report.created} created, {report.updated} updated, {report.unchanged} unchanged"
     summary += f", {len(report.failed)} failed"
     if report.skipped:
@@ -161,6 +189,11 @@ async def _import(catalog: Catalog, args: argparse.Namespace) -> int:
     if source.ignored:
         summary += f", {source.ignored} ignored"
     print(summary, flush=True)
+    if report.failed and source.stream is not None and args.batch_size is None:
+        err(
+            f"catalog: nothing imported: {len(report.failed)} bad line(s); a .jsonl import is all or"
+            " nothing (with --batch-size N the good lines go in)"
+        )
     return EXIT_FAILED if report.failed else 0
 
 

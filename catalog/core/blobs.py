@@ -37,7 +37,7 @@ class StoredBlob:
     mime_type: str | None
 
 
-def _too_large(limit: int) -> TooLarge:
+def too_large(limit: int) -> TooLarge:
     return TooLarge(f"the blob is larger than the limit of {limit} bytes (CATALOG_MAX_BLOB_BYTES)")
 
 
@@ -66,7 +66,7 @@ async def put_bytes(
     names the blob)."""
     limit = catalog.settings.max_blob_bytes
     if len(data) > limit:
-        raise _too_large(limit)
+        raise too_large(limit)
     stored, _ = await _insert(conn, tenant_id, hashlib.sha256(data).hexdigest(), data, mime_type)
     return stored
 
@@ -88,7 +88,7 @@ async def put_stream(
         async for chunk in chunks:
             size += len(chunk)
             if size > limit:
-                raise _too_large(limit)
+                raise too_large(limit)
             digest.update(chunk)
             spool.write(chunk)
         sha = digest.hexdigest()

@@ -28,6 +28,11 @@ class CatalogError(Exception):
         self.detail = detail
         self.errors = errors or []
 
+    def one_line(self) -> str:
+        """``detail (pointer: detail; ...)``: for a CLI line or an import's report."""
+        details = "; ".join(f"{e.pointer}: {e.detail}" for e in self.errors)
+        return f"{self.detail} ({details})" if details else self.detail
+
 
 class InvalidInput(CatalogError):
     status = 422

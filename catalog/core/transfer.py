@@ -23,14 +23,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import dataclasses
 import json
 import mimetypes
+import multiprocessing
 import os
 import stat
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 from urllib.parse import quote
 
 import pathspec
@@ -42,6 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from catalog.core.errors import CatalogError
 from catalog.core.principal import Principal
 from catalog.core.resources import MAX_PAGE, ResourceRecord, list_page, upsert_many
+from catalog.core.resources.bulk import Prepared, prepare, upsert_all
 from catalog.core.schemas import DIRECTORY_MIME_TYPE, ResourceIn
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
@@ -49,6 +53,8 @@ from catalog.core.uris import InvalidUri, normalize_uri
 from catalog.core.visibility import load_visibility
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import blobs, resources
+
+_T = TypeVar("_T")
 
 BATCH_SIZE = 500
 IMPORT_WRITERS = 2  # batches written at once (each on a connection of its own)
@@ -114,30 +120,45 @@ def validation_reason(exc: ValidationError) -> str:
 
 def jsonl_items(stream: IO[bytes], name: str) -> Iterator[Item | Problem]:
     """One item per non-blank line of admin-API resource objects; a bad line is a Problem."""
-    carried = 0  # blank lines count towards the progress of the next line
+    for weight, lines in jsonl_chunks(stream, 1):
+        for number, raw in lines:
+            item = jsonl_item(f"{name}:{number}", raw)
+            yield dataclasses.replace(item, weight=weight)  # with the blank lines before it
+
+
+def jsonl_chunks(stream: IO[bytes], size: int) -> Iterator[tuple[int, list[tuple[int, bytes]]]]:
+    """The lines of ``stream`` as ``(number, raw)``, ``size`` non-blank ones at a time, each chunk
+    with the bytes it covers (blank lines count towards the progress of the next line)."""
+    chunk: list[tuple[int, bytes]] = []
+    weight = 0
     for number, raw in enumerate(stream, start=1):
-        location = f"{name}:{number}"
-        weight, carried = carried + len(raw), 0
+        weight += len(raw)
         if not raw.strip():
-            carried = weight
             continue
-        try:
-            data = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            yield Problem(location, "not UTF-8", weight)
-            continue
-        except json.JSONDecodeError as exc:
-            yield Problem(location, f"invalid JSON: {exc.msg} at column {exc.colno}", weight)
-            continue
-        if not isinstance(data, dict):
-            yield Problem(location, "a line must be a JSON object (an admin-API resource)", weight)
-            continue
-        try:
-            body = ResourceIn.model_validate(data)
-        except ValidationError as exc:
-            yield Problem(location, validation_reason(exc), weight)
-            continue
-        yield Item(location, body, weight, size=len(raw))
+        chunk.append((number, raw))
+        if len(chunk) >= size:
+            yield weight, chunk
+            chunk, weight = [], 0
+    if chunk or weight:
+        yield weight, chunk
+
+
+def jsonl_item(location: str, raw: bytes) -> Item | Problem:
+    """One line: an admin-API resource object, or the Problem with it."""
+    weight = len(raw)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return Problem(location, "not UTF-8", weight)
+    except json.JSONDecodeError as exc:
+        return Problem(location, f"invalid JSON: {exc.msg} at column {exc.colno}", weight)
+    if not isinstance(data, dict):
+        return Problem(location, "a line must be a JSON object (an admin-API resource)", weight)
+    try:
+        body = ResourceIn.model_validate(data)
+    except ValidationError as exc:
+        return Problem(location, validation_reason(exc), weight)
+    return Item(location, body, weight, size=len(raw))
 
 
 # -- directories ----------------------------------------------------------------------------------
@@ -373,7 +394,7 @@ def _batches(
         yield batch
 
 
-async def _read_ahead(batches: Iterator[list[Item | Problem]]) -> AsyncIterator[list[Item | Problem]]:
+async def _read_ahead(batches: Iterator[_T]) -> AsyncIterator[_T]:
     """The batches, each read (files, JSON, validation) in a thread while the one before it is
     written: the database and the parsing work at the same time instead of taking turns."""
     upcoming = asyncio.ensure_future(asyncio.to_thread(next, batches, None))
@@ -396,8 +417,7 @@ _ITEM_ERRORS = (CatalogError, DataError, IntegrityError)
 
 def _error_reason(exc: Exception) -> str:
     if isinstance(exc, CatalogError):
-        details = "; ".join(f"{e.pointer}: {e.detail}" for e in exc.errors)
-        return f"{exc.detail} ({details})" if details else exc.detail
+        return exc.one_line()
     orig = getattr(exc, "orig", None) or exc
     return str(orig).strip().splitlines()[0] if str(orig).strip() else type(exc).__name__
 
@@ -484,6 +504,90 @@ async def import_items(
         for task, _, _ in in_flight:
             task.cancel()
         await asyncio.gather(*(task for task, _, _ in in_flight), return_exceptions=True)
+    return report
+
+
+CHUNK_SIZE = 5000  # lines parsed, checked and COPYed at a time by the set-based import
+PARSE_WORKERS = 2  # processes parsing a large JSONL file while this one writes
+PARALLEL_BYTES = 4 * 1024 * 1024  # a file this large is worth the worker processes' start
+
+
+def prepare_lines(name: str, lines: list[tuple[int, bytes]], max_bytes: int) -> list[Prepared | Problem]:
+    """Parse, validate and check numbered JSONL lines into staging rows (or Problems). A plain
+    function of its arguments: it runs in a worker process as well as in this one."""
+    out: list[Prepared | Problem] = []
+    for number, raw in lines:
+        item = jsonl_item(f"{name}:{number}", raw)
+        if isinstance(item, Problem):
+            out.append(item)
+            continue
+        try:
+            out.append(prepare(item.location, number, item.body, max_bytes))
+        except CatalogError as exc:
+            out.append(Problem(item.location, exc.one_line(), item.weight))
+    return out
+
+
+async def _prepared(
+    stream: IO[bytes], name: str, max_bytes: int, workers: int
+) -> AsyncIterator[tuple[list[Prepared | Problem], int]]:
+    """The file's chunks prepared, in order, with the bytes each covers. With ``workers``, parsing
+    (JSON, validation, the URI rule: the import's CPU bound) runs in that many processes while this
+    one COPYs and the database writes; without, in a thread one chunk ahead."""
+    chunks = jsonl_chunks(stream, CHUNK_SIZE)
+    if workers < 1:
+        work = ((prepare_lines(name, lines, max_bytes), weight) for weight, lines in chunks)
+        async for done in _read_ahead(work):
+            yield done
+        return
+    loop = asyncio.get_running_loop()
+    # fork: a worker starts in milliseconds with everything imported; it only runs prepare_lines.
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        pending: collections.deque[tuple[asyncio.Future[list[Prepared | Problem]], int]] = collections.deque()
+        try:
+            for weight, lines in chunks:
+                pending.append((loop.run_in_executor(pool, prepare_lines, name, lines, max_bytes), weight))
+                if len(pending) > 2 * workers:
+                    future, done_weight = pending.popleft()
+                    yield await future, done_weight
+            while pending:
+                future, done_weight = pending.popleft()
+                yield await future, done_weight
+        finally:
+            for future, _ in pending:
+                future.cancel()
+
+
+async def import_jsonl(
+    catalog: Catalog,
+    principal: Principal,
+    tenant: Tenant,
+    stream: IO[bytes],
+    name: str,
+    *,
+    workers: int = 0,
+    on_problem: Callable[[Problem], None] = lambda problem: None,
+    on_progress: Callable[[int], None] = lambda weight: None,
+) -> ImportReport:
+    """Upsert the JSONL ``stream`` set-based, in one transaction (:mod:`catalog.core.resources.bulk`):
+    every line, or -- when any is bad -- none, every bad one reported. ``workers``: processes that
+    parse while this one writes (0: a thread)."""
+    report = ImportReport()
+
+    async def chunks() -> AsyncIterator[list[Prepared | tuple[str, str]]]:
+        async for chunk, weight in _prepared(stream, name, catalog.settings.max_blob_bytes, workers):
+            yield [(item.location, item.reason) if isinstance(item, Problem) else item for item in chunk]
+            on_progress(weight)
+
+    written = await upsert_all(catalog, principal, tenant, chunks())
+    for location, reason in written.failed:
+        found = Problem(location, reason)
+        report.failed.append(found)
+        on_problem(found)
+    if not written.failed:
+        report.created, report.updated, report.unchanged = written.created, written.updated, written.unchanged
+        if written.created:
+            await analyze_tables(catalog)
     return report
 
 

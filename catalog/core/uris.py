@@ -154,6 +154,8 @@ def check_uri_characters(text: str) -> None:
     """Refuse the characters no URI or URI template may contain, raw: ASCII controls, DEL, space,
     backslash, and the non-ASCII controls, format characters, separators, private-use code points,
     surrogates and non-characters.  (Other non-ASCII characters are IRI characters.)"""
+    if text.isascii() and _BAD_ASCII.search(text) is None:
+        return  # the common case, decided in C: nothing below would refuse a character
     for ch in text:
         _check_char(ch, text)
 
@@ -270,6 +272,10 @@ def _canonical_text(raw: str, partial: bool) -> str:
     return out
 
 
+# The ASCII characters _check_char refuses: controls, space, backslash, DEL.
+_BAD_ASCII = re.compile(r"[\x00-\x20\\\x7f]")
+
+
 def _check_char(ch: str, raw: str) -> None:
     o = ord(ch)
     if o < 0x80:
@@ -289,6 +295,8 @@ def _check_char(ch: str, raw: str) -> None:
 
 def _canon_component(text: str, allowed: frozenset[str], what: str, raw: str, *, partial: bool) -> str:
     """Check characters, normalise triplets (uppercase hex, decode unreserved), encode IRI chars."""
+    if allowed.issuperset(text):
+        return text  # no triplet (``%`` is not in any allowed set) and nothing to encode: as it is
     out: list[str] = []
     i, n = 0, len(text)
     while i < n:

@@ -11,6 +11,12 @@ A reconnection always counts as a gap, even when ``max(seq)`` in the feed did no
 values are taken at insert and committed in any order, so a transaction holding a lower seq may
 have committed while we were away. ``last_seq`` (highest seen) and the feed's ``max(seq)`` at the
 reconnection are kept for diagnostics and travel as the gap's ``seq``.
+
+A statement that changed many resources (an import) sends one ``bulk`` notification naming the
+range of feed seqs it wrote (migration 0006). Up to ``BULK_EXPAND`` changes are read back from the
+feed in one query and published one by one, as if each had been notified; a larger range is
+published as one gap of its tenant (``op="bulk"``): subscribers re-read what they watch, which is
+what the hub would make of that many events anyway.
 """
 
 from __future__ import annotations
@@ -20,18 +26,21 @@ import contextlib
 import json
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
+from typing import Any
 
 import asyncpg
 from sqlalchemy.engine import URL, make_url
 
 from catalog.db.engine import NOTIFY_CHANNEL
-from catalog.events.hub import ChangeEvent, EventHub
+from catalog.events.hub import GAP, ChangeEvent, EventHub
 
 logger = logging.getLogger("catalog.events")
 
 APPLICATION_NAME = "catalog-listener"
+BULK = "bulk"
+BULK_EXPAND = 256  # a bulk range up to this many changes is published change by change
 
 
 def listener_dsn(url: str | URL) -> str:
@@ -58,6 +67,18 @@ def parse_payload(payload: str) -> ChangeEvent:
     ):
         raise ValueError(f"malformed change payload: {payload[:200]!r}")
     return ChangeEvent(tenant, kind, uri, op, seq, before, after)
+
+
+def parse_bulk(payload: str) -> tuple[int, int, int]:
+    """A bulk payload's ``(first seq, last seq, count)``; ValueError if malformed."""
+    try:
+        data = json.loads(payload)
+        first, last, count = data["f"], data["s"], data["n"]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"malformed bulk payload: {payload[:200]!r}") from exc
+    if not all(type(value) is int for value in (first, last, count)) or first > last or count < 1:
+        raise ValueError(f"malformed bulk payload: {payload[:200]!r}")
+    return first, last, count
 
 
 def _tags(value: object) -> tuple[str, ...] | None:
@@ -311,13 +332,66 @@ class ChangeListener:
             return
         if event.seq is not None and (self.last_seq is None or event.seq > self.last_seq):
             self.last_seq = event.seq
+        if event.op == BULK:
+            try:
+                first, last, count = parse_bulk(payload)
+            except ValueError as exc:
+                logger.warning("event listener: %s", exc)
+                self.hub.publish(ChangeEvent(event.tenant_id, GAP, None, BULK, event.seq))
+                return
+            if count > BULK_EXPAND:
+                self.hub.publish(ChangeEvent(event.tenant_id, GAP, None, BULK, last))
+                return
+            self._spawn(self._expand(event, first, last))
+            return
         if event.uri is None and event.seq is not None:
             # The URI (or the tags) too long for the payload, or no URI (a tag grant): the feed says.
-            task = asyncio.get_running_loop().create_task(self._resolve(event))
-            self._resolving.add(task)
-            task.add_done_callback(self._resolving.discard)
+            self._spawn(self._resolve(event))
             return
         self.hub.publish(event)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._resolving.add(task)
+        task.add_done_callback(self._resolving.discard)
+
+    async def _expand(self, event: ChangeEvent, first: int, last: int) -> None:
+        """A bulk range's changes from the feed, published one by one in seq order. The range may
+        hold another transaction's changes of the tenant too (numbers are taken, not reserved):
+        those are real, committed changes, announced once more."""
+        rows = None
+        conn = self._conn
+        try:
+            if conn is not None:
+                async with self._lock:
+                    rows = await conn.fetch(
+                        "SELECT seq, uri, op, tags_before, tags_after FROM change_feed"
+                        " WHERE tenant_id = $1 AND kind = $2 AND seq BETWEEN $3 AND $4 ORDER BY seq",
+                        event.tenant_id,
+                        event.kind,
+                        first,
+                        last,
+                        timeout=self.keepalive_timeout,
+                    )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.warning("event listener: cannot read seqs %s-%s from the feed: %s", first, last, exc)
+        if rows is None:
+            self.hub.publish(ChangeEvent(event.tenant_id, GAP, None, "unresolved", last))
+            return
+        for row in rows:
+            self.hub.publish(
+                ChangeEvent(
+                    event.tenant_id,
+                    event.kind,
+                    row["uri"],
+                    row["op"],
+                    row["seq"],
+                    _tags(row["tags_before"]),
+                    _tags(row["tags_after"]),
+                )
+            )
 
     async def _resolve(self, event: ChangeEvent) -> None:
         row = None

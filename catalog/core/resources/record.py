@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -65,25 +66,12 @@ class ResourceRecord:
 
     def snapshot(self) -> dict[str, Any]:
         """Metadata in admin-API form (camelCase), as kept in the version history."""
-        data = {
-            "uri": self.uri,
-            "name": self.name,
-            "title": self.title,
-            "description": self.description,
-            "mimeType": self.mime_type,
-            "size": self.size,
-            "icons": self.icons,
-            "annotations": self.annotations,
-            "tags": list(self.tags),
-            "consentMessage": self.consent_message,
-            "_meta": self.meta,
-        }
-        return {k: v for k, v in data.items() if v is not None}
+        return snapshot_of(self.__dict__)
 
     def digest(self) -> str | None:
         """The audit digest: metadata and content (text by its sha256, a blob by its own)."""
         text = hashlib.sha256(self.text.encode()).hexdigest() if self.text is not None else None
-        return digest({"meta": self.snapshot(), "text": text, "blob": self.blob_sha256})
+        return content_digest(self.snapshot(), text, self.blob_sha256)
 
     def to_out(self, *, include_content: bool = False, blob: bytes | None = None) -> ResourceOut:
         out = ResourceOut.model_validate(
@@ -102,6 +90,32 @@ class ResourceRecord:
             if blob is not None:
                 out.blob = base64.b64encode(blob).decode()
         return out
+
+
+def snapshot_of(columns: Mapping[str, Any]) -> dict[str, Any]:
+    """A resource's metadata columns in admin-API form (camelCase), as kept in the version history:
+    the one rule for a stored row and for an import's rows before they are stored."""
+    data = {
+        "uri": columns["uri"],
+        "name": columns["name"],
+        "title": columns["title"],
+        "description": columns["description"],
+        "mimeType": columns["mime_type"],
+        "size": columns["size"],
+        "icons": columns["icons"],
+        "annotations": columns["annotations"],
+        "tags": list(columns["tags"]),
+        "consentMessage": columns["consent_message"],
+        "_meta": columns["meta"],
+    }
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def content_digest(
+    snapshot: Mapping[str, Any], text_sha256: str | None, blob_sha256: str | None
+) -> str | None:
+    """The audit digest of a resource from its snapshot and its content's sha256 (text or blob)."""
+    return digest({"meta": snapshot, "text": text_sha256, "blob": blob_sha256})
 
 
 def _iso(value: datetime) -> str:

@@ -56,6 +56,24 @@ class _Content:
 NO_CONTENT = _Content(None, None, None)
 
 
+def no_such_blob() -> InvalidInput:
+    return InvalidInput(
+        "no such blob in this tenant", errors=[FieldError("/blobSha256", "upload the bytes to /blobs first")]
+    )
+
+
+def text_size(text: str, limit: int) -> int:
+    """The size of a text content in bytes of UTF-8; TooLarge above ``limit``."""
+    size = len(text.encode())
+    if size > limit:
+        # One limit for content of either kind: text is content as much as a blob is.
+        raise TooLarge(
+            f"the text is larger than the limit of {limit} bytes (CATALOG_MAX_BLOB_BYTES)",
+            errors=[FieldError("/text", f"{size} bytes of UTF-8; at most {limit}")],
+        )
+    return size
+
+
 async def _resolve_content(
     catalog: Catalog,
     conn: AsyncConnection,
@@ -65,14 +83,7 @@ async def _resolve_content(
 ) -> _Content | None:
     """The content the body names, or None when it names none."""
     if body.text is not None:
-        size = len(body.text.encode())
-        limit = catalog.settings.max_blob_bytes
-        if size > limit:
-            # One limit for content of either kind: text is content as much as a blob is.
-            raise TooLarge(
-                f"the text is larger than the limit of {limit} bytes (CATALOG_MAX_BLOB_BYTES)",
-                errors=[FieldError("/text", f"{size} bytes of UTF-8; at most {limit}")],
-            )
+        size = text_size(body.text, catalog.settings.max_blob_bytes)
         return _Content(text=body.text, blob_sha256=None, size=size)
     if body.blob is not None:
         data = base64.b64decode(body.blob, validate=True)
@@ -83,15 +94,12 @@ async def _resolve_content(
     if body.blob_sha256 is not None:
         stored = await blob_store.find_blob(conn, tenant_id, body.blob_sha256)
         if stored is None:
-            raise InvalidInput(
-                "no such blob in this tenant",
-                errors=[FieldError("/blobSha256", "upload the bytes to /blobs first")],
-            )
+            raise no_such_blob()
         return _Content(text=None, blob_sha256=stored.sha256, size=stored.size)
     return None
 
 
-def _check_directory(mime_type: str | None, text: str | None, blob_sha256: str | None) -> None:
+def check_directory(mime_type: str | None, text: str | None, blob_sha256: str | None) -> None:
     if mime_type == DIRECTORY_MIME_TYPE and (text is not None or blob_sha256 is not None):
         raise InvalidInput(
             "an inode/directory resource has no content",
@@ -191,7 +199,7 @@ async def _update(
     )
     if content is not None:
         values.update(text=content.text, blob_sha256=content.blob_sha256, size=content.size)
-    _check_directory(
+    check_directory(
         values.get("mime_type", current.mime_type),
         values.get("text", current.text),
         values.get("blob_sha256", current.blob_sha256),

@@ -1,0 +1,304 @@
+"""Set-based upsert of many resources in one transaction (``catalog import`` of a JSONL file).
+
+The same writes as :func:`~catalog.core.resources.service.upsert_resource` body by body -- the new
+or changed row, its version, its audit row; the change-feed rows by the statement-level triggers
+(migration 0006) -- done by the database a statement at a time instead of a row at a time:
+
+1. every body is checked here by the service's rules (content limits, a directory has no content)
+   and turned into the row it becomes, with the snapshot its version keeps and its audit digest;
+2. the rows are COPYed into a temporary staging table (``ON COMMIT DROP``);
+3. the existing rows a body changes are read once (locked, in URI order) for their digests before;
+4. one ``INSERT ... SELECT ... ON CONFLICT (tenant_id, uri) DO UPDATE ... WHERE <something differs>``
+   writes every new and changed row, and the same statement appends their versions and audit rows.
+
+All or nothing: a body that breaks a rule, or names a blob the tenant does not have, fails the
+whole import (every such body is reported) and nothing is written. A URI given more than once
+counts once, its last body winning (one version, not one per line). A body that changes nothing
+is not a write, as everywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import AsyncIterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from catalog.core import blobs as blob_store
+from catalog.core.principal import Principal
+from catalog.core.resources.record import METADATA_FIELDS, content_digest, snapshot_of
+from catalog.core.resources.service import check_directory, no_such_blob, text_size
+from catalog.core.schemas import ResourceIn, column_values
+from catalog.core.service import Catalog
+from catalog.core.tenants import Tenant
+from catalog.db.engine import TenantScope, transaction
+
+STAGING = "catalog_import_staging"
+BEFORE = "catalog_import_before"
+# The bulk statements run as long as they need: the engine's statement timeout is for requests.
+_NO_TIMEOUT = 7 * 24 * 3600.0
+
+# Staging columns, in COPY order.
+STAGING_COLUMNS = (
+    "line",
+    "uri",
+    "name",
+    "title",
+    "description",
+    "mime_type",
+    "icons",
+    "annotations",
+    "tags",
+    "consent_message",
+    "meta",
+    "text",
+    "blob_sha256",
+    "size",
+    "snapshot",
+    "digest",
+)
+_COMPARED = (
+    "name",
+    "title",
+    "description",
+    "mime_type",
+    "icons",
+    "annotations",
+    "tags",
+    "consent_message",
+    "meta",
+    "text",
+    "blob_sha256",
+    "size",
+)
+_WRITTEN = ("uri", *_COMPARED)
+
+_CREATE_STAGING = f"""
+CREATE TEMP TABLE {STAGING} (
+    line bigint NOT NULL, uri text COLLATE "C" NOT NULL, name text NOT NULL, title text,
+    description text, mime_type text, icons jsonb, annotations jsonb, tags text[] NOT NULL,
+    consent_message text, meta jsonb, text text, blob_sha256 text COLLATE "C", size bigint,
+    snapshot jsonb NOT NULL, digest text NOT NULL
+) ON COMMIT DROP
+"""
+_CREATE_BEFORE = f"CREATE TEMP TABLE {BEFORE} (id bigint PRIMARY KEY, digest text) ON COMMIT DROP"
+
+_DIFFERS = (
+    "(" + ", ".join(f"r.{c}" for c in _COMPARED) + ") IS DISTINCT FROM ("
+    + ", ".join(f"{{src}}.{c}" for c in _COMPARED) + ")"
+)  # fmt: skip
+
+# The existing rows the import changes, locked in URI order (concurrent imports cannot deadlock),
+# with what their digest before needs: metadata, and the text's sha256 (not the text).
+_CHANGED_ROWS = f"""
+SELECT r.id, r.uri, r.name, r.title, r.description, r.mime_type, r.size, r.icons, r.annotations,
+       r.tags, r.consent_message, r.meta, r.blob_sha256,
+       encode(sha256(convert_to(r.text, 'UTF8')), 'hex') AS text_sha256
+FROM {STAGING} AS s JOIN resources AS r ON r.tenant_id = $1 AND r.uri = s.uri
+WHERE {_DIFFERS.format(src="s")}
+ORDER BY r.uri
+FOR UPDATE OF r
+"""
+
+_UPSERT = f"""
+WITH up AS (
+    INSERT INTO resources AS r (tenant_id, {", ".join(_WRITTEN)})
+    SELECT $1, {", ".join(f"s.{c}" for c in _WRITTEN)} FROM {STAGING} AS s ORDER BY s.uri
+    ON CONFLICT (tenant_id, uri) DO UPDATE SET
+        {", ".join(f"{c} = excluded.{c}" for c in _COMPARED)},
+        version = r.version + 1,
+        updated_at = now(),
+        content_changed_at = CASE
+            WHEN (r.text, r.blob_sha256) IS DISTINCT FROM (excluded.text, excluded.blob_sha256)
+            THEN now() ELSE r.content_changed_at END
+    WHERE {_DIFFERS.format(src="excluded")}
+    RETURNING r.id, r.uri, r.version, (r.xmax = 0) AS created
+), written AS MATERIALIZED (
+    SELECT up.id, up.uri, up.version, up.created, s.snapshot, s.text, s.blob_sha256, s.digest
+    FROM up JOIN {STAGING} AS s ON s.uri = up.uri
+), versions AS (
+    INSERT INTO resource_versions (tenant_id, resource_id, version, uri, snapshot, text, blob_sha256, changed_by)
+    SELECT $1, w.id, w.version, w.uri, w.snapshot, w.text, w.blob_sha256, $2 FROM written AS w
+), audit AS (
+    INSERT INTO audit_log (tenant_id, principal, action, target_kind, target_id, uri, before_digest, after_digest)
+    SELECT $1, $2, CASE WHEN w.created THEN 'resource.create' ELSE 'resource.update' END, 'resource',
+           w.id, w.uri, b.digest, w.digest
+    FROM written AS w LEFT JOIN {BEFORE} AS b ON b.id = w.id
+    ORDER BY w.id
+)
+SELECT count(*) FILTER (WHERE created) AS created, count(*) FILTER (WHERE NOT created) AS updated
+FROM written
+"""
+
+
+@dataclass
+class Prepared:
+    """One body as the row it becomes (``values`` in STAGING_COLUMNS order, ``line`` first), the
+    bytes of an inline blob to store, or the sha256 of a stored blob it names (size unknown yet)."""
+
+    location: str
+    values: list[Any]
+    blob: bytes | None = None
+    blob_mime_type: str | None = None
+    names_blob: str | None = None
+
+
+def _json(value: Any) -> str:
+    # None as JSON null, as every other write path stores it (SQLAlchemy's JSON type does).
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _finish(values: list[Any], columns: dict[str, Any], text_sha256: str | None) -> None:
+    snapshot = snapshot_of(columns)
+    values.append(json.dumps(snapshot, separators=(",", ":")))
+    values.append(content_digest(snapshot, text_sha256, columns["blob_sha256"]))
+
+
+def prepare(location: str, line: int, body: ResourceIn, max_bytes: int) -> Prepared:
+    """``body`` by the rules of a single write, as a staging row; CatalogError if it breaks one."""
+    columns = column_values(body, METADATA_FIELDS)
+    text = body.text
+    sha: str | None = None
+    size: int | None = None
+    blob: bytes | None = None
+    text_sha256: str | None = None
+    if text is not None:
+        size = text_size(text, max_bytes)
+        text_sha256 = hashlib.sha256(text.encode()).hexdigest()
+    elif body.blob is not None:
+        blob = base64.b64decode(body.blob, validate=True)
+        if len(blob) > max_bytes:
+            raise blob_store.too_large(max_bytes)
+        sha, size = hashlib.sha256(blob).hexdigest(), len(blob)
+    elif body.blob_sha256 is not None:
+        sha = body.blob_sha256
+    check_directory(columns["mime_type"], text, sha)
+    columns.update(text=text, blob_sha256=sha, size=size)
+    values = [
+        line,
+        columns["uri"],
+        columns["name"],
+        columns["title"],
+        columns["description"],
+        columns["mime_type"],
+        _json(columns["icons"]),
+        _json(columns["annotations"]),
+        columns["tags"],
+        columns["consent_message"],
+        _json(columns["meta"]),
+        text,
+        sha,
+        size,
+    ]
+    if body.blob_sha256 is not None:
+        return Prepared(location, values, names_blob=sha)  # snapshot and digest once its size is known
+    _finish(values, columns, text_sha256)
+    return Prepared(location, values, blob=blob, blob_mime_type=columns["mime_type"] if blob else None)
+
+
+def _columns_of(values: Sequence[Any]) -> dict[str, Any]:
+    named = dict(zip(STAGING_COLUMNS, values, strict=False))
+    for key in ("icons", "annotations", "meta"):
+        named[key] = json.loads(named[key])
+    return named
+
+
+@dataclass
+class BulkResult:
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (location, reason): nothing written
+
+
+class _Failed(Exception):
+    pass
+
+
+async def upsert_all(
+    catalog: Catalog,
+    principal: Principal,
+    tenant: Tenant,
+    chunks: AsyncIterable[Sequence[Prepared | tuple[str, str]]],
+) -> BulkResult:
+    """Write every prepared body of ``chunks`` (or, if any holds a failure ``(location, reason)``,
+    nothing); see the module docstring."""
+    result = BulkResult()
+    try:
+        async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+            raw = (await conn.get_raw_connection()).driver_connection
+            # One transaction for the whole file: no request's time limit; sorts and hashes of a
+            # million rows in memory rather than spilled to disk.
+            await raw.execute("SET LOCAL statement_timeout = 0; SET LOCAL work_mem = '64MB'")
+            await raw.execute(_CREATE_STAGING)
+            await raw.execute(_CREATE_BEFORE)
+            uris: set[str] = set()
+            repeated = False
+            async for chunk in chunks:
+                records = []
+                for item in chunk:
+                    if isinstance(item, tuple):
+                        result.failed.append(item)
+                        continue
+                    if item.names_blob is not None:
+                        problem = await _resolve_named_blob(conn, tenant.id, item)
+                        if problem is not None:
+                            result.failed.append(problem)
+                            continue
+                    if result.failed:
+                        continue  # nothing will be written: only look for more failures
+                    uri = item.values[1]
+                    repeated = repeated or uri in uris
+                    uris.add(uri)
+                    if item.blob is not None:
+                        await blob_store.put_bytes(catalog, conn, tenant.id, item.blob, item.blob_mime_type)
+                    records.append(tuple(item.values))
+                if records and not result.failed:
+                    await raw.copy_records_to_table(
+                        STAGING, records=records, columns=STAGING_COLUMNS, timeout=_NO_TIMEOUT
+                    )
+            if result.failed:
+                raise _Failed
+            count = len(uris)
+            if repeated:  # the last body of a URI wins
+                await raw.execute(
+                    f"DELETE FROM {STAGING} AS s USING {STAGING} AS t WHERE t.uri = s.uri AND t.line > s.line",
+                    timeout=_NO_TIMEOUT,
+                )
+            await raw.execute(f"ANALYZE {STAGING}", timeout=_NO_TIMEOUT)
+            changed = await raw.fetch(_CHANGED_ROWS, tenant.id, timeout=_NO_TIMEOUT)
+            if changed:
+                await raw.copy_records_to_table(
+                    BEFORE, records=[(row["id"], _digest_before(row)) for row in changed], timeout=_NO_TIMEOUT
+                )
+            row = await raw.fetchrow(_UPSERT, tenant.id, principal.label, timeout=_NO_TIMEOUT)
+            result.created, result.updated = row["created"], row["updated"]
+            result.unchanged = count - result.created - result.updated
+    except _Failed:
+        pass
+    return result
+
+
+def _digest_before(row: Any) -> str | None:
+    columns = dict(row)
+    columns["icons"] = _loads(columns["icons"])
+    columns["annotations"] = _loads(columns["annotations"])
+    columns["meta"] = _loads(columns["meta"])
+    return content_digest(snapshot_of(columns), columns["text_sha256"], columns["blob_sha256"])
+
+
+def _loads(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+async def _resolve_named_blob(conn: Any, tenant_id: int, item: Prepared) -> tuple[str, str] | None:
+    """Fill in the size of the stored blob the body names (and so its snapshot and digest)."""
+    assert item.names_blob is not None
+    stored = await blob_store.find_blob(conn, tenant_id, item.names_blob)
+    if stored is None:
+        return item.location, no_such_blob().one_line()
+    item.values[STAGING_COLUMNS.index("size")] = stored.size
+    _finish(item.values, _columns_of(item.values), None)
+    return None

@@ -1,0 +1,337 @@
+"""The set-based import of a JSONL file (issue 13 item 3): one transaction, COPY into a staging
+table, one ``INSERT ... SELECT ... ON CONFLICT`` into resources, versions and audit rows written by
+the same statement, the change feed by the statement-level triggers of migration 0006 -- and the
+live side: one NOTIFY per statement, which a ``subscriptions/listen`` stream still turns into the
+updates it watches for (SUB-4, SUB-5: a change to a watched URI fires ``updated``)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx2
+import pytest
+import pytest_asyncio
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated
+
+from catalog.core.resources import ResourceRecord, record_from_row
+from catalog.events.listener import BULK_EXPAND, listener_dsn
+from tests.mcp_helpers import MODERN, module_database
+from tests.processes import Served, catalog_env, run_catalog, serving, started
+
+from .conftest import Run
+
+PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01"
+WAIT = 15
+
+
+def write_jsonl(path: Path, lines: list[object]) -> Path:
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    return path
+
+
+def tenant_rows(sql: Callable[..., list[asyncpg.Record]], table: str, order: str) -> list[asyncpg.Record]:
+    return sql(
+        f"SELECT x.* FROM {table} AS x JOIN tenants AS t ON t.id = x.tenant_id"
+        f" WHERE t.slug = 'acme' ORDER BY {order}"
+    )
+
+
+def record_of(row: asyncpg.Record) -> ResourceRecord:
+    """A stored row (plain asyncpg: JSONB as text) as the catalogue's record."""
+    columns = dict(row)
+    for key in ("icons", "annotations", "meta"):
+        if columns[key] is not None:
+            columns[key] = json.loads(columns[key])
+    return record_from_row(columns)
+
+
+FIRST = [
+    {"uri": "test://a", "name": "a", "text": "alpha", "tags": ["b", "a", "b"]},
+    {
+        "uri": "test://b",
+        "name": "b",
+        "title": "Bee",
+        "mimeType": "image/png",
+        "blob": base64.b64encode(PNG).decode(),
+        "annotations": {"priority": 0.5, "audience": ["user"]},
+        "_meta": {"k": [1, 2]},
+    },
+    {"uri": "test://dir", "name": "dir", "mimeType": "inode/directory"},
+    {"uri": "test://a", "name": "a", "text": "alpha 2", "tags": ["a", "b"]},  # the last body of a URI wins
+]
+
+
+def test_a_bulk_import_writes_a_version_an_audit_row_and_a_feed_row_per_resource(
+    cli: Run, sql: Callable[..., list[asyncpg.Record]], tmp_path: Path
+) -> None:
+    cli("tenant", "create", "acme")
+    result = cli(
+        "import", "--tenant", "acme", str(write_jsonl(tmp_path / "in.jsonl", FIRST)), "--no-progress"
+    )
+    assert (result.code, result.out) == (0, "3 created, 0 updated, 0 unchanged, 0 failed\n")
+
+    stored = {row["uri"]: row for row in tenant_rows(sql, "resources", "uri")}
+    assert list(stored) == ["test://a", "test://b", "test://dir"]
+    assert stored["test://a"]["text"] == "alpha 2" and stored["test://a"]["size"] == 7
+    assert stored["test://a"]["tags"] == ["a", "b"] and stored["test://a"]["version"] == 1
+    assert stored["test://b"]["blob_sha256"] == hashlib.sha256(PNG).hexdigest()
+    assert stored["test://b"]["size"] == len(PNG)
+    blob = sql("SELECT data FROM blobs WHERE sha256 = $1", hashlib.sha256(PNG).hexdigest())
+    assert bytes(blob[0]["data"]) == PNG
+
+    # One version each, holding what the single-write path would have kept: the same snapshot.
+    versions = tenant_rows(sql, "resource_versions", "uri")
+    assert [(v["uri"], v["version"], v["changed_by"]) for v in versions] == [
+        ("test://a", 1, "system:import"),
+        ("test://b", 1, "system:import"),
+        ("test://dir", 1, "system:import"),
+    ]
+    for version in versions:
+        record = record_of(stored[version["uri"]])
+        assert json.loads(version["snapshot"]) == record.snapshot()
+        assert version["text"] == record.text and version["blob_sha256"] == record.blob_sha256
+
+    # One audit row each, with the digest the single-write path computes from the stored row.
+    audit = tenant_rows(sql, "audit_log", "uri")
+    assert [(a["uri"], a["action"], a["principal"], a["before_digest"]) for a in audit] == [
+        ("test://a", "resource.create", "system:import", None),
+        ("test://b", "resource.create", "system:import", None),
+        ("test://dir", "resource.create", "system:import", None),
+    ]
+    for entry in audit:
+        assert entry["target_id"] == stored[entry["uri"]]["id"]
+        assert entry["after_digest"] == record_of(stored[entry["uri"]]).digest()
+
+    # One feed row each, numbered from the tenant's own sequence, with the tags after.
+    feed = tenant_rows(sql, "change_feed", "seq")
+    assert [(f["seq"], f["uri"], f["op"], f["tags_before"], f["tags_after"]) for f in feed] == [
+        (1, "test://a", "created", None, ["a", "b"]),
+        (2, "test://b", "created", None, []),
+        (3, "test://dir", "created", None, []),
+    ]
+    tags = tenant_rows(sql, "resource_tags", "tag")
+    assert [(t["tag"], t["uri"]) for t in tags] == [("a", "test://a"), ("b", "test://a")]
+
+
+def test_a_re_import_with_changes_makes_new_versions_and_leaves_the_rest_alone(
+    cli: Run, sql: Callable[..., list[asyncpg.Record]], tmp_path: Path
+) -> None:
+    cli("tenant", "create", "acme")
+    assert cli("import", "--tenant", "acme", str(write_jsonl(tmp_path / "1.jsonl", FIRST))).code == 0
+    before = {row["uri"]: record_of(row) for row in tenant_rows(sql, "resources", "uri")}
+    second = [
+        {"uri": "test://a", "name": "a", "text": "alpha 3", "tags": ["c"]},  # content and tags change
+        FIRST[1],  # unchanged
+        {"uri": "test://dir", "name": "renamed", "mimeType": "inode/directory"},  # metadata changes
+        {"uri": "test://new", "name": "new", "text": "n"},
+    ]
+    result = cli(
+        "import", "--tenant", "acme", str(write_jsonl(tmp_path / "2.jsonl", second)), "--no-progress"
+    )
+    assert (result.code, result.out) == (0, "1 created, 2 updated, 1 unchanged, 0 failed\n")
+
+    after = {row["uri"]: record_of(row) for row in tenant_rows(sql, "resources", "uri")}
+    assert {uri: r.version for uri, r in after.items()} == {
+        "test://a": 2,
+        "test://b": 1,
+        "test://dir": 2,
+        "test://new": 1,
+    }
+    assert after["test://a"].text == "alpha 3" and after["test://a"].tags == ("c",)
+    assert after["test://a"].content_changed_at > before["test://a"].content_changed_at
+    assert after["test://dir"].content_changed_at == before["test://dir"].content_changed_at
+    assert after["test://b"].updated_at == before["test://b"].updated_at
+
+    versions = tenant_rows(sql, "resource_versions", "uri, version")
+    assert [(v["uri"], v["version"], v["text"]) for v in versions] == [
+        ("test://a", 1, "alpha 2"),
+        ("test://a", 2, "alpha 3"),
+        ("test://b", 1, None),
+        ("test://dir", 1, None),
+        ("test://dir", 2, None),
+        ("test://new", 1, "n"),
+    ]
+    updates = [a for a in tenant_rows(sql, "audit_log", "id") if a["action"] == "resource.update"]
+    assert [(a["uri"], a["before_digest"], a["after_digest"]) for a in updates] == [
+        ("test://a", before["test://a"].digest(), after["test://a"].digest()),
+        ("test://dir", before["test://dir"].digest(), after["test://dir"].digest()),
+    ]
+    feed = [
+        (f["uri"], f["op"], f["tags_before"], f["tags_after"]) for f in tenant_rows(sql, "change_feed", "seq")
+    ]
+    assert sorted(feed[3:]) == [
+        ("test://a", "updated", ["a", "b"], ["c"]),
+        ("test://dir", "updated", [], []),
+        ("test://new", "created", None, []),
+    ]
+    tags = tenant_rows(sql, "resource_tags", "tag")
+    assert [(t["tag"], t["uri"]) for t in tags] == [("c", "test://a")]
+
+    again = cli("import", "--tenant", "acme", str(tmp_path / "2.jsonl"), "--no-progress")
+    assert again.out == "0 created, 0 updated, 4 unchanged, 0 failed\n"
+    assert len(tenant_rows(sql, "change_feed", "seq")) == len(feed)
+
+
+def test_a_bad_line_fails_the_import_and_nothing_is_written(
+    cli: Run, sql: Callable[..., list[asyncpg.Record]], tmp_path: Path
+) -> None:
+    path = write_jsonl(
+        tmp_path / "in.jsonl",
+        [
+            {"uri": "test://good", "name": "good", "text": "fine"},
+            {"uri": "test://blob", "name": "blob", "blob": base64.b64encode(PNG).decode()},
+            '{"uri": "test://broken", ',
+            {"uri": "file:///a/../etc/passwd", "name": "evil", "text": "x"},
+            {"uri": "test://d", "name": "d", "mimeType": "inode/directory", "text": "content"},
+            {"uri": "test://unknown-blob", "name": "u", "blobSha256": "0" * 64},
+            {"uri": "test://late", "name": "late", "text": "after the bad ones"},
+        ],
+    )
+    cli("tenant", "create", "acme")
+    result = cli("import", "--tenant", "acme", str(path), "--no-progress")
+    assert result.code == 1
+    assert result.out == "0 created, 0 updated, 0 unchanged, 4 failed\n"
+    errors = result.err.splitlines()
+    assert errors[0].startswith(f"{path}:3: invalid JSON")
+    assert errors[1].startswith(f"{path}:4: /uri: '..' path segments")
+    assert errors[2].startswith(f"{path}:5: ") and errors[2].endswith("has no content")
+    assert errors[3].startswith(f"{path}:6: no such blob in this tenant")
+    assert errors[4].startswith("catalog: nothing imported: 4 bad line(s)")
+    assert len(errors) == 5 and "Traceback" not in result.err
+    for table in ("resources", "resource_versions", "audit_log", "change_feed", "blobs", "resource_tags"):
+        assert tenant_rows(sql, table, "tenant_id") == [], table
+
+
+# -- NOTIFY and live streams ----------------------------------------------------------------------
+
+ADMIN_TOKEN = "cat_import-bulk-admin-token"
+WATCHED = "test://watched-resource"  # in the demo tenant, visible to anonymous callers
+
+
+@dataclass
+class Live:
+    served: Served
+    env: dict[str, str]
+    dsn: str
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def live(postgres_server: Any, template_database: str, tmp_path: Path) -> AsyncIterator[Live]:
+    async with module_database(postgres_server, template_database) as url:
+        env = catalog_env(
+            CATALOG_DATABASE_URL=url,
+            CATALOG_HOME=str(tmp_path / "home"),
+            CATALOG_ADMIN_TOKEN=ADMIN_TOKEN,
+            CATALOG_SECRET_KEY="import-bulk-secret-key-0123456789",
+        )
+        with serving("--demo", env=env) as served:
+            await asyncio.to_thread(started, served)
+            yield Live(served, env, listener_dsn(url))
+
+
+async def import_file(live: Live, path: Path) -> str:
+    done = await asyncio.to_thread(
+        run_catalog, "import", "--tenant", "demo", str(path), "--no-progress", env=live.env
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_bulk_statement_sends_one_notify_naming_its_range_of_the_feed(
+    live: Live, tmp_path: Path
+) -> None:
+    count = 300
+    lines = [{"uri": f"test://bulk/{i:04d}", "name": f"r{i}", "text": f"{i}"} for i in range(count)]
+    path = write_jsonl(tmp_path / "bulk.jsonl", lines)
+    payloads: asyncio.Queue[str] = asyncio.Queue()
+    conn = await asyncpg.connect(live.dsn)
+    try:
+        await conn.add_listener("catalog_changes", lambda *args: payloads.put_nowait(args[3]))
+        assert await import_file(live, path) == f"{count} created, 0 updated, 0 unchanged, 0 failed\n"
+        # Delivered in commit order: once the marker sent after the import arrives, so has all of it.
+        await conn.execute("SELECT pg_notify('catalog_changes', 'end of test')")
+        got: list[str] = []
+        while not got or got[-1] != "end of test":
+            got.append(await asyncio.wait_for(payloads.get(), WAIT))
+        feed = await conn.fetch(
+            "SELECT f.seq FROM change_feed AS f JOIN tenants AS t ON t.id = f.tenant_id"
+            " WHERE t.slug = 'demo' AND f.uri LIKE 'test://bulk/%' ORDER BY f.seq"
+        )
+        tenant = await conn.fetchval("SELECT id FROM tenants WHERE slug = 'demo'")
+    finally:
+        await conn.close()
+    assert len(feed) == count
+    assert [json.loads(p) for p in got[:-1]] == [
+        {
+            "t": tenant,
+            "k": "resource",
+            "u": None,
+            "o": "bulk",
+            "f": feed[0]["seq"],
+            "s": feed[-1]["seq"],
+            "n": count,
+        }
+    ]
+
+
+def sdk_client(served: Served) -> Client:
+    http = httpx2.AsyncClient(timeout=30)
+    return Client(streamable_http_client(f"{served.base_url}/mcp", http_client=http), mode=MODERN, cache=None)
+
+
+async def notifications(sub: Any, wanted: set[Any]) -> set[Any]:
+    got: set[Any] = set()
+    while not wanted <= got:
+        got.add(await asyncio.wait_for(sub.__anext__(), WAIT))
+    return got
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_listen_stream_sees_the_imported_changes_to_what_it_watches(
+    live: Live, tmp_path: Path
+) -> None:
+    """SUB-4, SUB-5: a small import reaches the stream change by change (the listener reads the
+    statement's range back from the feed); a large one as one marker, after which every watched
+    URI that is visible fires ``updated`` and the list changed."""
+    async with (
+        sdk_client(live.served) as client,
+        client.listen(resources_list_changed=True, resource_subscriptions=[WATCHED]) as sub,
+    ):
+        small = [
+            {"uri": WATCHED, "name": "watched-resource", "mimeType": "text/plain", "text": "imported 1"},
+            {"uri": "test://imported/new", "name": "new", "text": "n"},
+        ]
+        assert await import_file(live, write_jsonl(tmp_path / "small.jsonl", small)) == (
+            "1 created, 1 updated, 0 unchanged, 0 failed\n"
+        )
+        assert await notifications(sub, {ResourceUpdated(uri=WATCHED), ResourcesListChanged()}) == {
+            ResourceUpdated(uri=WATCHED),
+            ResourcesListChanged(),
+        }
+        read = await client.read_resource(WATCHED)
+        assert read.contents[0].text == "imported 1"  # type: ignore[union-attr]
+
+        large = [
+            {"uri": f"test://imported/{i:04d}", "name": f"r{i}", "text": "x"} for i in range(BULK_EXPAND + 1)
+        ]
+        large.append({**small[0], "text": "imported 2"})
+        assert (await import_file(live, write_jsonl(tmp_path / "large.jsonl", large))).startswith(
+            f"{BULK_EXPAND + 1} created, 1 updated"
+        )
+        assert await notifications(sub, {ResourceUpdated(uri=WATCHED), ResourcesListChanged()}) == {
+            ResourceUpdated(uri=WATCHED),
+            ResourcesListChanged(),
+        }
+        read = await client.read_resource(WATCHED)
+        assert read.contents[0].text == "imported 2"  # type: ignore[union-attr]
