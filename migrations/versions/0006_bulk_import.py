@@ -21,7 +21,7 @@ Templates and grants keep their row-level triggers (written one at a time). The 
 the row-level triggers of resources.
 
 Revision ID: 0006
-Revises: 0004
+Revises: 0005
 Create Date: 2026-12-04 03:00:00.000000
 """
 
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "0006"
-down_revision: str | None = "0004"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
