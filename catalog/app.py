@@ -20,6 +20,8 @@ from catalog.core.service import Catalog
 from catalog.db.engine import database_unavailable
 from catalog.db.migrate import head_revision
 from catalog.events import events_lifespan
+from catalog.observability.endpoint import FASTAPI_TELEMETRY
+from catalog.observability.endpoint import install as install_observability
 from catalog.runtime import shutdown_hook
 from catalog.settings import ConfigError, Settings, get_settings
 
@@ -54,6 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="A PostgreSQL-backed, multi-tenant catalogue of MCP resources",
         version="0.1.0",
         lifespan=lifespan,
+        telemetry=FASTAPI_TELEMETRY,  # type: ignore[arg-type]
     )
     app.state.settings = settings
     # Each hook is ``hook(catalog, stopping)``, an async context manager; first in, last out: the
@@ -100,6 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ),
         streamed_upload=is_streamed_upload,
     )
+    install_observability(app)  # last: its middleware is the outermost (it sees the edge's refusals)
     return app
 
 

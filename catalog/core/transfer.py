@@ -27,6 +27,7 @@ import json
 import mimetypes
 import os
 import stat
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,7 @@ from catalog.core.uris import InvalidUri, normalize_uri
 from catalog.core.visibility import load_visibility
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import blobs, resources
+from catalog.observability.metrics import record_import
 
 BATCH_SIZE = 500
 IMPORT_WRITERS = 2  # batches written at once (each on a connection of its own)
@@ -442,6 +444,7 @@ async def import_items(
     order; results, problems and progress are reported in input order too.
     """
     report = ImportReport()
+    started = time.perf_counter()
     analyze_at = FIRST_ANALYZE
     in_flight: collections.deque[tuple[asyncio.Task[ImportReport], set[str], list[Item | Problem]]] = (
         collections.deque()
@@ -484,6 +487,7 @@ async def import_items(
         for task, _, _ in in_flight:
             task.cancel()
         await asyncio.gather(*(task for task, _, _ in in_flight), return_exceptions=True)
+    record_import(tenant.slug, report, time.perf_counter() - started)
     return report
 
 

@@ -13,6 +13,8 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from catalog.observability.metrics import observe_pool
+
 APP_ROLE = "catalog_app"
 NOTIFY_CHANNEL = "catalog_changes"
 SESSIONS_CHANNEL = "catalog_sessions"  # between the processes serving 2025-11-25 sessions
@@ -64,6 +66,7 @@ def create_engine(
         },
     )
     event.listen(engine.sync_engine, "checkout", _refuse_closed_connection)
+    observe_pool(engine)
     return engine
 
 
