@@ -49,14 +49,28 @@ class RouteTemplates:
 
     def __call__(self, scope: Scope) -> str:
         route = scope.get("route")
-        path = getattr(route, "path", None)
-        if isinstance(path, str):
-            return path
+        if isinstance(getattr(route, "path", None), str):
+            return _full_template(scope["path"], route)
         for candidate in self.routes:  # routes with no template of their own (/mcp), refusals
             match, _ = candidate.matches({**scope, "type": "http"})
             if match is Match.FULL:
                 return getattr(candidate, "path", UNMATCHED)
         return UNMATCHED
+
+
+def _full_template(path: str, route: Any) -> str:
+    """The template of ``route`` as the app serves it. A route of an included router knows its
+    path without the prefixes it was included under (``/tenants/{slug}``, served at
+    ``/admin/v1/tenants/{slug}``): the prefix is the part of the path before the route matches."""
+    regex = route.path_regex
+    if regex.match(path):
+        return route.path
+    index = path.find("/", 1)
+    while index != -1:
+        if regex.match(path[index:]):
+            return path[:index] + route.path
+        index = path.find("/", index + 1)
+    return UNMATCHED
 
 
 class ObservabilityMiddleware:
