@@ -8,6 +8,8 @@ installed (the ``test`` extra installs it, so CI runs this)."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,23 +17,50 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-pytest.importorskip("opentelemetry.sdk.trace")
-pytest.importorskip("opentelemetry.instrumentation.asyncpg")
-
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
 from catalog.observability import tracing
 from tests.mcp_helpers import Served, mcp_settings, module_database, raw, served
+from tests.processes import catalog_env
 
-pytestmark = pytest.mark.asyncio(loop_scope="session")
+try:
+    import opentelemetry.instrumentation.asyncpg  # noqa: F401
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+except ImportError:  # catalog[otel] is not installed: only the "off" test runs
+    HAVE_OTEL = False
+else:
+    HAVE_OTEL = True
+
+needs_otel = pytest.mark.skipif(not HAVE_OTEL, reason="pip install 'catalog[otel]'")
+on_session_loop = pytest.mark.asyncio(loop_scope="session")
+
+OFF_PROBE = """
+import sys
+from catalog.app import create_app
+from catalog.observability import tracing
+from catalog.settings import Settings
+create_app(Settings(database_url="postgresql://nobody@127.0.0.1/none", secret_key="k" * 32, home=sys.argv[1]))
+loaded = sorted(name for name in sys.modules if name.startswith(("opentelemetry.sdk", "opentelemetry.instrumentation")))
+print(tracing.tracer() is None, loaded)
+"""
+
+
+def test_off_by_default_nothing_of_the_opentelemetry_sdk_is_loaded(tmp_path: Path) -> None:
+    env = {k: v for k, v in catalog_env().items() if not k.startswith("OTEL_")}
+    probe = subprocess.run(
+        [sys.executable, "-c", OFF_PROBE, str(tmp_path)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == "True []"
+
 
 READ = "test://static-text"
 
 
 @pytest.fixture(scope="module")
 def exporter() -> Iterator[InMemorySpanExporter]:
+    if not HAVE_OTEL:
+        pytest.skip("pip install 'catalog[otel]'")
     exported = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exported))
@@ -61,6 +90,8 @@ def ancestors(span: ReadableSpan, by_id: dict[int, ReadableSpan]) -> list[Readab
     return chain
 
 
+@needs_otel
+@on_session_loop
 async def test_one_resources_read_is_one_trace_request_then_mcp_method_then_sql(
     srv: Served, exporter: InMemorySpanExporter
 ) -> None:
@@ -101,6 +132,8 @@ async def test_one_resources_read_is_one_trace_request_then_mcp_method_then_sql(
     assert token not in everything and token.split("_", 1)[-1] not in everything
 
 
+@needs_otel
+@on_session_loop
 async def test_a_callers_traceparent_makes_the_request_part_of_its_trace(
     srv: Served, exporter: InMemorySpanExporter
 ) -> None:
@@ -116,6 +149,8 @@ async def test_a_callers_traceparent_makes_the_request_part_of_its_trace(
     assert request.parent is not None and f"{request.parent.span_id:016x}" == "00f067aa0ba902b7"
 
 
+@needs_otel
+@on_session_loop
 async def test_statements_outside_any_request_are_not_traced(
     srv: Served, exporter: InMemorySpanExporter
 ) -> None:

@@ -11,9 +11,9 @@ The request id is the client's ``X-Request-Id`` when it is a sane token (letters
 
 from __future__ import annotations
 
+import os
 import re
 import time
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -37,7 +37,7 @@ def request_id_of(scope: Scope) -> str:
             if _REQUEST_ID.fullmatch(text):
                 return text
             break
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()
 
 
 class RouteTemplates:
@@ -77,6 +77,7 @@ class ObservabilityMiddleware:
     def __init__(self, app: ASGIApp, *, routes: Iterable[BaseRoute]) -> None:
         self.app = app
         self.route_of = RouteTemplates(routes)
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -117,8 +118,15 @@ class ObservabilityMiddleware:
     def _finish(self, scope: Scope, record: RequestRecord, status: int, seconds: float, span: Any) -> None:
         route = self.route_of(scope)
         method = scope["method"] if scope["method"] in _METHODS else "OTHER"
-        metrics.HTTP_REQUESTS.labels(route, method, str(status)).inc()
-        metrics.HTTP_DURATION.labels(route, method).observe(seconds)
+        key = (route, method, status)
+        children = self._children.get(key)
+        if children is None:  # label lookups take a lock each: done once per label set
+            children = self._children[key] = (
+                metrics.HTTP_REQUESTS.labels(route, method, str(status)),
+                metrics.HTTP_DURATION.labels(route, method),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
         fields = {
             "request_id": record.request_id,
             "method": method,
