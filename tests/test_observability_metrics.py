@@ -9,13 +9,19 @@ HTTP (official SDK clients for MCP), reading the text format with ``prometheus_c
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 import pytest_asyncio
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -25,7 +31,7 @@ from catalog.core.schemas import ResourceIn
 from catalog.core.service import Catalog
 from catalog.db.engine import create_engine
 from tests.mcp_helpers import LEGACY, MODERN, Served, mcp_settings, module_database, served
-from tests.processes import catalog_env, my_ports, serving, started, worker_of, worker_processes
+from tests.processes import catalog_env, my_ports, serving, started, stop, worker_of, worker_processes
 
 on_session_loop = pytest.mark.asyncio(loop_scope="session")
 
@@ -99,6 +105,49 @@ def test_requests_answered_by_either_worker_are_counted_in_one_view(
             )
             assert ("catalog_db_pool_connections_in_use", ()) in view  # a livesum gauge: every worker's
             assert ("catalog_mcp_sessions_open", ()) in view
+
+
+@on_session_loop
+async def test_a_replaced_workers_live_gauges_leave_the_view_and_its_counters_stay(
+    database_url: str, tmp_path: Path
+) -> None:
+    """``mark_process_dead``: a worker killed outright with a listen stream open stops counting as
+    holding it once the supervisor has replaced it; what it answered is still counted."""
+    env = catalog_env(
+        CATALOG_DATABASE_URL=database_url, CATALOG_HOME=str(tmp_path / "home"), CATALOG_ADMIN_TOKEN=ADMIN
+    )
+    with serving("--workers", "2", "--demo", env=env) as served_process:
+        started(served_process, workers=2)
+        http = httpx2.AsyncClient(
+            timeout=30, limits=httpx2.Limits(max_connections=1, max_keepalive_connections=1)
+        )
+        client = Client(
+            streamable_http_client(served_process.mcp_url, http_client=http), mode=MODERN, cache=None
+        )
+        stack = contextlib.AsyncExitStack()
+        try:
+            await stack.enter_async_context(client)
+            await stack.enter_async_context(client.listen(resource_subscriptions=[WATCHED]))
+            [port] = my_ports(served_process)
+            holder = worker_of(served_process, port)
+            before = await asyncio.to_thread(scrape, served_process.base_url)
+            assert value(before, "catalog_mcp_streams_open", kind="listen") == 1
+            answered = value(
+                before, "catalog_http_requests_total", route="/metrics", method="GET", status="200"
+            )
+            os.kill(holder, signal.SIGKILL)
+            served_process.wait_for(f"worker process [{holder}] ended")
+            started(served_process)  # its replacement
+        finally:
+            with contextlib.suppress(Exception):  # the stream died with its worker
+                await stack.aclose()
+        after = await asyncio.to_thread(scrape, served_process.base_url)
+        assert value(after, "catalog_mcp_streams_open", kind="listen") == 0
+        assert (
+            value(after, "catalog_http_requests_total", route="/metrics", method="GET", status="200")
+            >= answered
+        )
+        assert stop(served_process) == 0
 
 
 # -- an in-process server ---------------------------------------------------------------------------
@@ -216,3 +265,35 @@ async def test_labels_hold_route_templates_and_never_a_uri_or_a_secret(srv: Serv
         assert "://" not in label and "no-such" not in label, (key, label)
         assert not any(secret in label for secret in secrets), key
     assert not any(secret in text for secret in secrets)
+
+
+@on_session_loop
+async def test_rate_limit_refusals_are_counted_by_surface(
+    postgres_server: Any, template_database: str, tmp_path: Path
+) -> None:
+    settings = mcp_settings(
+        "", tmp_path, metrics_access="open", rate_limit_per_minute=1, rate_limit_burst=1
+    )  # one request per caller, then 429
+    async with module_database(postgres_server, template_database) as url:
+        settings = settings.model_copy(update={"database_url": url})
+        async with served(settings) as limited:
+            # Each scrape as a caller of its own (open metrics read no credential; the limit is per caller).
+            before = await asyncio.to_thread(scrape, limited.base_url, "scraper-1")
+            admin = {"Authorization": f"Bearer {ADMIN}"}
+            statuses = [
+                (await get(f"{limited.base_url}/admin/v1/tenants", **admin)).status_code for _ in range(2)
+            ]
+            assert statuses == [200, 429]
+            after = await asyncio.to_thread(scrape, limited.base_url, "scraper-2")
+
+    def refused(surface: str) -> float:
+        name = "catalog_rate_limited_total"
+        return value(after, name, surface=surface, limit="requests") - value(
+            before, name, surface=surface, limit="requests"
+        )
+
+    assert (refused("admin"), refused("mcp")) == (1, 0)
+    assert (
+        value(after, "catalog_http_requests_total", route="/admin/v1/tenants", method="GET", status="429")
+        >= 1
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ on_session_loop = pytest.mark.asyncio(loop_scope="session")
 
 OFF_PROBE = """
 import sys
+import threading
 from catalog.app import create_app
 from catalog.observability import tracing
 from catalog.settings import Settings
@@ -57,11 +59,34 @@ def test_off_by_default_nothing_of_the_opentelemetry_sdk_is_loaded(tmp_path: Pat
 READ = "test://static-text"
 
 
+class Exported(InMemorySpanExporter if HAVE_OTEL else object):  # type: ignore[misc]
+    """The in-memory exporter, telling when a request's span has ended: the middleware ends it
+    after the response is sent, so the client can have its answer first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.request_ended = threading.Event()
+
+    def export(self, spans: Any) -> Any:
+        result = super().export(spans)
+        if any(span.name.startswith("POST /") for span in spans):
+            self.request_ended.set()
+        return result
+
+    def clear(self) -> None:
+        super().clear()
+        self.request_ended.clear()
+
+    def finished(self) -> Any:
+        assert self.request_ended.wait(10), "the request's span never ended"
+        return self.get_finished_spans()
+
+
 @pytest.fixture(scope="module")
-def exporter() -> Iterator[InMemorySpanExporter]:
+def exporter() -> Iterator[Exported]:
     if not HAVE_OTEL:
         pytest.skip("pip install 'catalog[otel]'")
-    exported = InMemorySpanExporter()
+    exported = Exported()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exported))
     tracing.install(provider)
@@ -74,7 +99,7 @@ def exporter() -> Iterator[InMemorySpanExporter]:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def srv(
-    exporter: InMemorySpanExporter, postgres_server: Any, template_database: str, tmp_path_factory: Any
+    exporter: Exported, postgres_server: Any, template_database: str, tmp_path_factory: Any
 ) -> AsyncIterator[Served]:
     async with module_database(postgres_server, template_database) as url:
         settings = mcp_settings(url, Path(tmp_path_factory.mktemp("home")))
@@ -93,7 +118,7 @@ def ancestors(span: ReadableSpan, by_id: dict[int, ReadableSpan]) -> list[Readab
 @needs_otel
 @on_session_loop
 async def test_one_resources_read_is_one_trace_request_then_mcp_method_then_sql(
-    srv: Served, exporter: InMemorySpanExporter
+    srv: Served, exporter: Exported
 ) -> None:
     """A plain HTTP client (an agent that does not trace): the SDK client would put its own span's
     context in ``_meta`` when it shares this process's tracer, and the MCP span would follow that."""
@@ -102,7 +127,7 @@ async def test_one_resources_read_is_one_trace_request_then_mcp_method_then_sql(
         raw, srv, "resources/read", {"uri": READ}, token="staff", headers={"X-Request-Id": "trace-me"}
     )
     assert response.status_code == 200 and response.json()["result"]["contents"][0]["uri"] == READ
-    spans = exporter.get_finished_spans()
+    spans = exporter.finished()
     by_id = {span.context.span_id: span for span in spans}
 
     [request] = [s for s in spans if s.name == "POST /mcp"]
@@ -135,7 +160,7 @@ async def test_one_resources_read_is_one_trace_request_then_mcp_method_then_sql(
 @needs_otel
 @on_session_loop
 async def test_a_callers_traceparent_makes_the_request_part_of_its_trace(
-    srv: Served, exporter: InMemorySpanExporter
+    srv: Served, exporter: Exported
 ) -> None:
     exporter.clear()
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -144,16 +169,14 @@ async def test_a_callers_traceparent_makes_the_request_part_of_its_trace(
         raw, srv, "resources/read", {"uri": READ}, token="staff", headers={"traceparent": parent}
     )
     assert response.status_code == 200
-    [request] = [s for s in exporter.get_finished_spans() if s.name == "POST /mcp"]
+    [request] = [s for s in exporter.finished() if s.name == "POST /mcp"]
     assert f"{request.context.trace_id:032x}" == trace_id
     assert request.parent is not None and f"{request.parent.span_id:016x}" == "00f067aa0ba902b7"
 
 
 @needs_otel
 @on_session_loop
-async def test_statements_outside_any_request_are_not_traced(
-    srv: Served, exporter: InMemorySpanExporter
-) -> None:
+async def test_statements_outside_any_request_are_not_traced(srv: Served, exporter: Exported) -> None:
     """The LISTEN connection's keepalive (every two seconds) would otherwise be a trace of its own."""
     exporter.clear()
     listener = srv.catalog.event_listener

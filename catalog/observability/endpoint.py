@@ -16,7 +16,7 @@ from catalog.admin.deps import PlatformAdminDep
 from catalog.core.sessions import count_open_sessions
 from catalog.db.engine import database_unavailable
 from catalog.observability import metrics, tracing
-from catalog.observability.middleware import ObservabilityMiddleware
+from catalog.observability.middleware import ObservabilityMiddleware, RouteTemplates
 
 logger = logging.getLogger("catalog.observability")
 
@@ -36,7 +36,7 @@ def install(app: FastAPI) -> None:
     tracing.configure_from_environment()
     endpoint = _open_metrics if app.state.settings.metrics_access == "open" else _admin_metrics
     app.add_api_route(METRICS_PATH, endpoint, methods=["GET"], include_in_schema=False)
-    app.add_middleware(ObservabilityMiddleware, routes=app.router.routes)
+    app.add_middleware(ObservabilityMiddleware, templates=RouteTemplates(app))
 
 
 async def _admin_metrics(request: Request, principal: PlatformAdminDep) -> Response:

@@ -14,10 +14,9 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterable
 from typing import Any
 
-from starlette.routing import BaseRoute, Match
+from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from catalog.observability import metrics, tracing
@@ -41,21 +40,39 @@ def request_id_of(scope: Scope) -> str:
 
 
 class RouteTemplates:
-    """A request's route template (``/admin/tenants/{slug}``), never its path: the matched route
-    when the router got that far, else the route it would have matched (a refusal at the edge)."""
+    """A request's route template (``/admin/v1/tenants/{slug}``), never its path: the matched
+    route's when the router got that far, else the template the path would have matched (a refusal
+    at the edge, a route with no template of its own such as ``/mcp``), else ``unmatched``."""
 
-    def __init__(self, routes: Iterable[BaseRoute]) -> None:
-        self.routes = routes
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._own: list[tuple[re.Pattern[str], str]] | None = None
+        self._included: list[tuple[re.Pattern[str], str]] | None = None
 
     def __call__(self, scope: Scope) -> str:
         route = scope.get("route")
         if isinstance(getattr(route, "path", None), str):
             return _full_template(scope["path"], route)
-        for candidate in self.routes:  # routes with no template of their own (/mcp), refusals
-            match, _ = candidate.matches({**scope, "type": "http"})
-            if match is Match.FULL:
-                return getattr(candidate, "path", UNMATCHED)
-        return UNMATCHED
+        path = scope["path"]
+        if self._own is None:  # at the first request: every route exists by then
+            self._own = _compiled({getattr(r, "path", None) for r in self.app.router.routes} - {None})
+        template = _first_match(self._own, path)
+        if template is None:
+            if self._included is None:
+                # The included routers' full templates, as documented; read only for a path that
+                # is none of the app's own routes (a refusal at the edge): the schema takes a while.
+                self._included = _compiled(set(self.app.openapi().get("paths", {})))
+            template = _first_match(self._included, path)
+        return template or UNMATCHED
+
+
+def _first_match(table: list[tuple[re.Pattern[str], str]], path: str) -> str | None:
+    return next((template for regex, template in table if regex.match(path)), None)
+
+
+def _compiled(paths: set[str]) -> list[tuple[re.Pattern[str], str]]:
+    # Fewer parameters first: a literal segment wins over a parameter that would also match.
+    return sorted(((compile_path(p)[0], p) for p in paths), key=lambda entry: entry[1].count("{"))
 
 
 def _full_template(path: str, route: Any) -> str:
@@ -74,9 +91,9 @@ def _full_template(path: str, route: Any) -> str:
 
 
 class ObservabilityMiddleware:
-    def __init__(self, app: ASGIApp, *, routes: Iterable[BaseRoute]) -> None:
+    def __init__(self, app: ASGIApp, *, templates: RouteTemplates) -> None:
         self.app = app
-        self.route_of = RouteTemplates(routes)
+        self.route_of = templates
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
