@@ -27,11 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 
 from catalog.observability import metrics
+
+logger = logging.getLogger("catalog.events")
 
 ALL_TENANTS = 0  # tenant_id of an event for every tenant (tenant ids start at 1)
 GAP = "gap"
@@ -168,6 +171,11 @@ class Subscription:
             pending = self._pending
             lost = 0 if pending is None else len(pending) if type(pending) is dict else 1
             metrics.EVENTS_DROPPED.labels("slow_consumer").inc(lost + (self._gap is not None))
+            logger.warning(
+                "event hub: a consumer of tenant %s held events longer than %ss; its stream ends",
+                self.tenant_id,
+                self._hub.max_lag,
+            )
         self._pending = None
         self._gap = None
         self._hub._remove(self)

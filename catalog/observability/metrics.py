@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +169,7 @@ class _Snapshot:
         return self.families
 
 
-def exposition(extra: list[Any] = ()) -> tuple[bytes, str]:  # type: ignore[assignment]
+def exposition(extra: Sequence[Any] = ()) -> tuple[bytes, str]:
     """The text format of every worker's metrics (one view), plus ``extra`` metric families."""
     if os.environ.get(MULTIPROC_VARIABLE):
         from prometheus_client import multiprocess
