@@ -8,7 +8,7 @@ soon as the answer is in), the cases interleaved round by round:
   socket handling), ``resources/read`` on /mcp, each client an agent with its own tenant admin token made through
   the admin API (the default rate limit is per credential)
   (authentication against the database, the visibility rule under row-level security, the row,
-  the SDK's JSON-RPC and era handling, cache hints, uvicorn's access log line);
+  the SDK's JSON-RPC and era handling, cache hints, catalog's request log line and metrics);
 - ``floor`` (baseline): a bare Starlette app on raw asyncpg (``bench.servers.floor_app``) answering
   the same POST with ``SELECT uri, text FROM <plain copy> WHERE uri = $1``: no SQLAlchemy, no
   authentication, no row-level security, no middleware, no SDK;

@@ -16,6 +16,8 @@ from catalog.auth.quotas import RateLimiter
 from catalog.bootstrap import database_checks, open_catalog
 from catalog.core.service import Catalog
 from catalog.events import events_lifespan
+from catalog.observability.endpoint import FASTAPI_TELEMETRY
+from catalog.observability.endpoint import install as install_observability
 from catalog.runtime import shutdown_hook
 from catalog.settings import ConfigError, Settings, get_settings
 
@@ -51,6 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Served by catalog.console from vendored assets: FastAPI's own pages load them from a CDN.
         docs_url=None,
         redoc_url=None,
+        telemetry=FASTAPI_TELEMETRY,  # type: ignore[arg-type]
     )
     app.state.settings = settings
     # Each hook is ``hook(catalog, stopping)``, an async context manager; first in, last out: the
@@ -84,6 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ),
         streamed_upload=is_streamed_upload,
     )
+    install_observability(app)  # last: its middleware is the outermost (it sees the edge's refusals)
     return app
 
 

@@ -14,6 +14,10 @@ The serve entry owns everything process-wide (the app factory owns none of it):
 * **Workers** (``--workers N``, :class:`Supervisor`): N spawned processes share the socket; each
   follows its supervisor (``PR_SET_PDEATHSIG``: a supervisor killed outright takes its workers with
   it), a worker that dies is replaced, and SIGTERM/SIGINT stop them all gracefully.
+* **Observability**: uvicorn's access log is off (``catalog.observability`` writes one structured
+  line per request instead) and its loggers use catalog's format (``CATALOG_LOG_FORMAT``). The
+  supervisor gives its workers one fresh ``PROMETHEUS_MULTIPROC_DIR`` before they start, so
+  ``/metrics`` on any worker is the sum of all, and drops a dead worker's live gauges.
 """
 
 from __future__ import annotations
@@ -31,7 +35,10 @@ from typing import Any
 
 import uvicorn
 
+from catalog.observability import metrics
+from catalog.observability.logs import logging_config
 from catalog.runtime import begin_shutdown, settle_garbage_collector
+from catalog.settings import get_settings
 
 logger = logging.getLogger("catalog.serving")
 
@@ -62,6 +69,8 @@ def server_config(workers: int = 1, **overrides: Any) -> uvicorn.Config:
         "log_level": "info",
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
         "proxy_headers": False,
+        "access_log": False,  # catalog.observability writes the request lines
+        "log_config": logging_config(get_settings().log_format),
     }
     return uvicorn.Config(APP_FACTORY, **{**options, **overrides})
 
@@ -126,6 +135,7 @@ class Supervisor:
         os.environ[SUPERVISOR_PID_VARIABLE] = str(os.getpid())  # inherited by the spawned workers
         os.environ["CATALOG_WORKERS"] = str(self.workers)  # each takes its share of per-caller limits
         previous = {signum: signal.signal(signum, self._on_signal) for signum in _STOP_SIGNALS}
+        metrics_dir = metrics.prepare_multiprocess_dir()  # before any worker imports prometheus_client
         try:
             self._processes = [self._start_worker() for _ in range(self.workers)]
             while not self._stop.wait(0.5):
@@ -136,11 +146,14 @@ class Supervisor:
                             process.pid,
                             process.exitcode,
                         )
+                        if process.pid is not None:
+                            metrics.worker_exited(process.pid)
                         self._processes[index] = self._start_worker()
             self._stop_workers()
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            metrics.remove_multiprocess_dir(metrics_dir)
 
     def _stop_workers(self) -> None:
         for process in self._processes:

@@ -82,6 +82,10 @@ class Settings(BaseSettings):
     oauth_scopes: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # Clock skew allowed on a JWT's exp/nbf; a stream opened with a JWT ends at exp plus this.
     oauth_leeway_seconds: int = Field(default=30, ge=0, le=600)
+    # Who may read GET /metrics: the platform admin credential, or anyone who reaches the port.
+    metrics_access: Literal["admin", "open"] = "admin"
+    # Server log lines: json or text; unset, JSON unless stdout is a terminal.
+    log_format: Literal["json", "text"] | None = None
 
     @property
     def oauth_enabled(self) -> bool:
@@ -104,6 +108,11 @@ class Settings(BaseSettings):
         if url.get_backend_name() != "postgresql":
             raise ValueError("must be a postgresql URL, e.g. postgresql+asyncpg://user@host/db")
         return value
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _log_format(cls, value: object) -> object:
+        return value.strip().lower() or None if isinstance(value, str) else value
 
     @field_validator("public_tenant")
     @classmethod

@@ -11,6 +11,7 @@ from catalog.core.errors import Forbidden, InsufficientScope, NotFound, Unauthen
 from catalog.core.principal import Principal
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant, find_tenant
+from catalog.observability.context import note_principal
 
 
 def get_catalog(request: Request) -> Catalog:
@@ -29,6 +30,7 @@ async def get_principal(request: Request, catalog: CatalogDep) -> Principal:
     )
     if principal is None:
         raise Unauthenticated("this API needs a bearer token", error=None)
+    note_principal(request.scope, principal)
     return principal
 
 

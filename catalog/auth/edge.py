@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from catalog.auth.quotas import RateLimiter, retry_after
 from catalog.auth.refusals import PARSE_ERROR, RATE_LIMITED, is_mcp_path, refusal
+from catalog.observability.metrics import REFUSALS
 
 MAX_MCP_BODY_BYTES = 4 * 1024 * 1024
 JSON_OVERHEAD_BYTES = 1024 * 1024
@@ -129,6 +130,7 @@ class EdgeGuard:
         if path not in PROBE_PATHS:
             wait = self.rate_limiter.take(caller_key(scope, headers))
             if wait:
+                REFUSALS.labels("mcp" if is_mcp_path(path) else "admin", "requests").inc()
                 detail = (
                     "too many requests from this caller; retry after the number of seconds in Retry-After"
                 )

@@ -286,3 +286,16 @@ async def sweep_sessions(catalog: Catalog, idle_seconds: float) -> int:
         for row in rows:
             await _notify(conn, Notice(row.tenant_id, row.id_hash, "ended"))
     return len(rows)
+
+
+async def count_open_sessions(catalog: Catalog, idle_seconds: float) -> int:
+    """Sessions of every tenant used within the idle time (the ones a client can still resume)."""
+    async with transaction(catalog.engine, TenantScope.platform()) as conn:
+        count = await conn.scalar(
+            select(func.count())
+            .select_from(mcp_sessions)
+            .where(
+                mcp_sessions.c.last_seen_at > func.now() - func.make_interval(0, 0, 0, 0, 0, 0, idle_seconds)
+            )
+        )
+    return int(count or 0)

@@ -29,6 +29,7 @@ import mimetypes
 import multiprocessing
 import os
 import stat
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ from catalog.core.uris import InvalidUri, normalize_uri
 from catalog.core.visibility import load_visibility
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import blobs, resources
+from catalog.observability.metrics import record_import
 
 _T = TypeVar("_T")
 
@@ -462,6 +464,7 @@ async def import_items(
     order; results, problems and progress are reported in input order too.
     """
     report = ImportReport()
+    started = time.perf_counter()
     analyze_at = FIRST_ANALYZE
     in_flight: collections.deque[tuple[asyncio.Task[ImportReport], set[str], list[Item | Problem]]] = (
         collections.deque()
@@ -504,6 +507,7 @@ async def import_items(
         for task, _, _ in in_flight:
             task.cancel()
         await asyncio.gather(*(task for task, _, _ in in_flight), return_exceptions=True)
+    record_import(tenant.slug, report, time.perf_counter() - started)
     return report
 
 

@@ -13,6 +13,8 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from catalog.observability.metrics import observe_pool
+
 APP_ROLE = "catalog_app"
 NOTIFY_CHANNEL = "catalog_changes"
 SESSIONS_CHANNEL = "catalog_sessions"  # between the processes serving 2025-11-25 sessions
@@ -81,6 +83,7 @@ def create_engine(
     if transaction_pooler:
         session = {"role": app_role or "", "statement_timeout": str(statement_timeout_ms)}
         event.listen(engine.sync_engine, "begin", lambda conn: _bind_session(conn, session))
+    observe_pool(engine)
     return engine
 
 

@@ -27,9 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import TracebackType
+
+from catalog.observability import metrics
+
+logger = logging.getLogger("catalog.events")
 
 ALL_TENANTS = 0  # tenant_id of an event for every tenant (tenant ids start at 1)
 GAP = "gap"
@@ -153,6 +158,8 @@ class Subscription:
             batch = [self._pending]
         self._gap = None
         self._pending = None
+        metrics.EVENTS_DELIVERED.inc(len(batch))
+        metrics.EVENT_DELIVERY_DELAY.observe(self._hub._now() - self._since)
         return batch
 
     def close(self, reason: CloseReason = CloseReason.UNSUBSCRIBED) -> None:
@@ -160,6 +167,15 @@ class Subscription:
         if self.close_reason is not None:
             return
         self.close_reason = reason
+        if reason is CloseReason.SLOW_CONSUMER:
+            pending = self._pending
+            lost = 0 if pending is None else len(pending) if type(pending) is dict else 1
+            metrics.EVENTS_DROPPED.labels("slow_consumer").inc(lost + (self._gap is not None))
+            logger.warning(
+                "event hub: a consumer of tenant %s held events longer than %ss; its stream ends",
+                self.tenant_id,
+                self._hub.max_lag,
+            )
         self._pending = None
         self._gap = None
         self._hub._remove(self)
@@ -192,6 +208,7 @@ class Subscription:
                 self.close(CloseReason.SLOW_CONSUMER)
                 return
             if self._gap is not None:
+                metrics.EVENTS_DROPPED.labels("overflow").inc()
                 return  # the pending marker already covers it
         else:
             self._since = now
@@ -207,11 +224,18 @@ class Subscription:
             first = (pending.kind, pending.uri, _OP_CLASS.get(pending.op, pending.op))
             if first == key:
                 self._pending = pending.after(event)  # the later event wins
+                metrics.EVENTS_COALESCED.inc()
                 return
             pending = self._pending = {first: pending}
         earlier = pending.pop(key, None)  # the later event wins, and takes the later place
-        pending[key] = event if earlier is None else earlier.after(event)
+        if earlier is None:
+            pending[key] = event
+        else:
+            pending[key] = earlier.after(event)
+            metrics.EVENTS_COALESCED.inc()
         if len(pending) > hub.max_batch:
+            metrics.EVENTS_DROPPED.labels("overflow").inc(len(pending))
+            metrics.FEED_GAPS.labels("overflow").inc()
             self._set_gap("overflow", None)
 
     def _set_gap(self, reason: str, seq: int | None) -> None:
@@ -273,6 +297,8 @@ class EventHub:
         if self.closed:
             return
         self.published += 1
+        if event.kind == GAP and self._count:  # a gap nobody is told of (the first start) is none
+            metrics.FEED_GAPS.labels(event.op).inc()
         if event.tenant_id == ALL_TENANTS:
             if event.kind != GAP:
                 return

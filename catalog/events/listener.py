@@ -35,6 +35,7 @@ from sqlalchemy.engine import URL, make_url
 
 from catalog.db.engine import NOTIFY_CHANNEL
 from catalog.events.hub import GAP, ChangeEvent, EventHub
+from catalog.observability import metrics
 
 logger = logging.getLogger("catalog.events")
 
@@ -238,6 +239,7 @@ class ChangeListener:
             self.connections += 1
             self._set_state(connected=True)
             if self.connections > 1:
+                metrics.LISTENER_RECONNECTS.inc()
                 logger.info(
                     "event listener: reconnected (feed at seq %s, last seen %s); announcing a gap",
                     max_seq,
@@ -328,8 +330,10 @@ class ChangeListener:
         try:
             event = parse_payload(payload)
         except ValueError as exc:
+            metrics.EVENTS_DROPPED.labels("malformed").inc()
             logger.warning("event listener: %s", exc)
             return
+        metrics.EVENTS_RECEIVED.inc()
         if event.seq is not None and (self.last_seq is None or event.seq > self.last_seq):
             self.last_seq = event.seq
         if event.op == BULK:

@@ -38,6 +38,8 @@ from catalog.core.service import Catalog
 from catalog.mcp.context import MCP_PATH, PRINCIPAL_STATE_KEY
 from catalog.mcp.server import UNAVAILABLE_MESSAGE
 from catalog.mcp.sessions import LegacySessions
+from catalog.observability.context import note_principal
+from catalog.observability.metrics import REFUSALS, stream_open
 from catalog.settings import Settings
 
 logger = logging.getLogger("catalog.mcp")
@@ -171,11 +173,13 @@ class McpEdge:
             await self._challenge(scope, 403, "insufficient_scope", detail)(scope, receive, send)
             return
         scope.setdefault("state", {})[PRINCIPAL_STATE_KEY] = principal
+        note_principal(scope, principal)
         if not is_stream_request(scope):
             await self._dispatch(scope, receive, send)
             return
         with self.host.streams.slot(principal) as refused:
             if refused is not None:
+                REFUSALS.labels("mcp", "streams").inc()
                 await refusal(
                     MCP_PATH,
                     429,
@@ -185,7 +189,8 @@ class McpEdge:
                     headers={"Retry-After": str(STREAM_RETRY_AFTER_S)},
                 )(scope, receive, send)
                 return
-            await self._dispatch(scope, receive, send)
+            with stream_open(is_modern_request(scope)):
+                await self._dispatch(scope, receive, send)
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         modern = self.host.modern

@@ -10,6 +10,8 @@ SDK and proves the fast path is taken on a real listen stream.
   (``subscriptions/listen``). Listen streams put their SSE frames there directly: one update fans
   out to thousands of streams, and the SDK's per-notification path (two model dumps and a
   ``json.dumps`` per stream) would serialise the same notification once per stream.
+* ``mcp.server._otel.OpenTelemetryMiddleware``: the SDK's span per MCP method; catalog's observer
+  (``catalog.observability.mcp``) goes just inside it, to put tenant and principal on that span.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from mcp.server.context import ServerRequestContext
 PRIVATE_NAMES = (
     ("mcp.server.session", "ServerSession", "_request_outbound"),
     ("mcp.server._streamable_http_modern", "_SingleExchangeDispatchContext", "sink"),
+    ("mcp.server._otel", "OpenTelemetryMiddleware", "__call__"),
 )
 
 
@@ -32,3 +35,11 @@ def listen_sink(ctx: ServerRequestContext[Any, Any]) -> MemoryObjectSendStream[b
     if not isinstance(sink, MemoryObjectSendStream):
         raise RuntimeError(f"the SDK gave this listen no SSE sink ({type(outbound).__name__})")
     return sink
+
+
+def sdk_tracing_middleware_index(middleware: list[Any]) -> int:
+    """Where the SDK's own OpenTelemetry middleware (on by default, it opens the MCP method's span)
+    sits in a server's middleware list; -1 if absent."""
+    from mcp.server._otel import OpenTelemetryMiddleware  # pyright: ignore[reportPrivateUsage]
+
+    return next((i for i, entry in enumerate(middleware) if isinstance(entry, OpenTelemetryMiddleware)), -1)

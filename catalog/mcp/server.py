@@ -20,7 +20,9 @@ from catalog.core.service import Catalog
 from catalog.mcp import handlers
 from catalog.mcp.context import DISCOVER_TTL_MS, SERVER_NAME, SERVER_VERSION, Ctx, principal_of
 from catalog.mcp.listen import ListenStreams
+from catalog.mcp.sdk_private import sdk_tracing_middleware_index
 from catalog.mcp.sessions import LegacySessions
+from catalog.observability import mcp as observability
 
 logger = logging.getLogger("catalog.mcp")
 
@@ -128,6 +130,7 @@ def build_server(
         on_subscriptions_listen=listen,
     )
     server.middleware.insert(0, database_errors)
+    observability.install(server, sdk_tracing_middleware_index(server.middleware))
     server.middleware.append(
         RequestStateBoundary(
             RequestStateSecurity(

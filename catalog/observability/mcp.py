@@ -1,0 +1,58 @@
+"""The MCP method of each request: counted, timed, named in the request's log line and span.
+
+An SDK server middleware, placed just inside the SDK's own OpenTelemetry middleware (so the current
+span is the MCP method's, which gets the tenant and principal). It sees both eras' messages: a
+2026-07-28 request and each message of a 2025-11-25 session.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from mcp.server.context import CallNext, HandlerResult
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
+from pydantic import ValidationError
+
+from catalog.mcp.context import Ctx, is_modern
+from catalog.observability import metrics, tracing
+from catalog.observability.context import note_mcp, record_of
+
+
+async def observe_mcp(ctx: Ctx, call_next: CallNext) -> HandlerResult:
+    started = time.perf_counter()
+    code: int | None = None
+    try:
+        return await call_next(ctx)
+    except MCPError as exc:
+        code = exc.error.code
+        raise
+    except ValidationError:
+        code = INVALID_PARAMS  # what the SDK answers for parameters that do not validate
+        raise
+    except Exception:
+        code = INTERNAL_ERROR
+        raise
+    finally:
+        method = metrics.method_label(ctx.method)
+        era = "2026" if is_modern(ctx) else "2025"
+        metrics.MCP_REQUESTS.labels(method, era, "result" if code is None else str(code)).inc()
+        metrics.MCP_DURATION.labels(method, era).observe(time.perf_counter() - started)
+        scope = ctx.request.scope if ctx.request is not None else None
+        note_mcp(scope, method, era, code)
+        if tracing.tracer() is not None:
+            _annotate_span(scope)
+
+
+def _annotate_span(scope: Any) -> None:
+    from opentelemetry.trace import get_current_span
+
+    record = record_of(scope)
+    if record is not None:
+        tracing.set_request_attributes(get_current_span(), record)
+
+
+def install(server: Any, sdk_tracing_index: int) -> None:
+    """Observe ``server``'s MCP methods, inside the SDK's tracing middleware at ``sdk_tracing_index``."""
+    server.middleware.insert(sdk_tracing_index + 1, observe_mcp)
