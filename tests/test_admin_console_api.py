@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -210,6 +211,61 @@ async def test_search_respects_the_other_filters(client: httpx.AsyncClient, tena
     await create_resource(client, tenant, uri="file:///b/y", name="y", text="gamma")
     items = await walk(client, res(tenant), q="gamma", tag="keep")
     assert [r["uri"] for r in items] == ["file:///a/x"]
+
+
+@pytest.mark.parametrize("rare", [0, 1, 5000])
+async def test_search_answers_alike_through_its_candidates_or_the_scan(
+    client: httpx.AsyncClient, tenant: str, rare: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search narrows each tier to the ids the indexes found when they are few (``RARE_MATCHES``),
+    and scans in URI order otherwise: the pages are the same either way, across both tiers."""
+    from catalog.core.resources import service
+
+    monkeypatch.setattr(service, "RARE_MATCHES", rare)
+    for i in range(3):
+        await create_resource(client, tenant, uri=f"file:///meta/delta{i}", name=f"delta{i}", text="x")
+        await create_resource(client, tenant, uri=f"file:///body/{i}", name=f"n{i}", text="a delta here")
+    await create_resource(client, tenant, uri="file:///none", name="none", text="nothing")
+    items = await walk(client, res(tenant), q="delta", limit=2)
+    assert [r["uri"] for r in items] == [
+        *(f"file:///meta/delta{i}" for i in range(3)),
+        *(f"file:///body/{i}" for i in range(3)),
+    ]
+
+
+async def test_search_candidates_stay_within_the_transactions_tenant(
+    client: httpx.AsyncClient, tenant: str, db: asyncpg.Connection
+) -> None:
+    """``catalog_search_candidates`` (migration 0007) runs on the owner's rights so that its indexes
+    serve under the RLS wall; it answers only for a tenant the calling transaction may see."""
+    await create_resource(client, tenant, uri="file:///a/x", name="x", text="secret words")
+    assert (await client.post(f"{API}/tenants", json={"slug": "other"})).status_code == 201
+    await create_resource(client, "other", uri="file:///b/y", name="y", text="secret words")
+    ids = {
+        row["slug"]: row["id"]
+        for row in await db.fetch("SELECT slug, id FROM tenants WHERE slug = ANY($1)", [tenant, "other"])
+    }
+    role = await db.fetchval("SELECT rolname FROM pg_roles WHERE rolname = 'catalog_app'")
+    call = "SELECT count(*) FROM catalog_search_candidates($1, NULL, 'secret', 100)"
+    async with db.transaction():
+        if role:
+            await db.execute("SET LOCAL ROLE catalog_app")
+        await db.execute("SELECT set_config('catalog.tenant_id', $1, true)", str(ids[tenant]))
+        assert await db.fetchval(call, ids[tenant]) == 1
+        assert await db.fetchval(call, ids["other"]) == 0  # another tenant: nothing, not an error
+        await db.execute("SELECT set_config('catalog.tenant_id', '', true)")
+        assert await db.fetchval(call, ids[tenant]) == 0  # no scope: nothing
+    if role:
+        # Only the app role (and the owner) may call it.
+        probe = f"catalog_search_probe_{uuid.uuid4().hex[:8]}"
+        await db.execute(f"CREATE ROLE {probe} NOLOGIN")
+        try:
+            async with db.transaction():
+                await db.execute(f"SET LOCAL ROLE {probe}")
+                with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                    await db.fetchval(call, ids[tenant])
+        finally:
+            await db.execute(f"DROP ROLE {probe}")
 
 
 async def test_text_search_expression_matches_its_index(

@@ -12,8 +12,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, and_, func, insert, literal, not_, select, update
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Row,
+    and_,
+    any_,
+    bindparam,
+    func,
+    insert,
+    literal,
+    not_,
+    select,
+    update,
+)
 from sqlalchemy import delete as sql_delete
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -216,10 +230,26 @@ async def version(conn: AsyncConnection, tenant_id: int, resource_id: int, numbe
 # -- listings -------------------------------------------------------------------------------------
 
 
+def metadata_pattern(query: str) -> str:
+    """The ``LIKE`` pattern (escape ``\\``) of ``query`` as a case-insensitive substring."""
+    needle = query.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{needle}%"
+
+
 def metadata_match(query: str) -> ColumnElement[bool]:
     """``query`` as a case-insensitive substring of uri, name, title or description (trigram index)."""
-    needle = query.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return RESOURCE_SEARCH_TEXT.like(f"%{needle}%", escape="\\")
+    return RESOURCE_SEARCH_TEXT.like(metadata_pattern(query), escape="\\")
+
+
+async def search_candidates(
+    conn: AsyncConnection, tenant_id: int, query: str, *, text: bool, limit: int
+) -> list[int]:
+    """Up to ``limit`` ids of the tenant's resources whose metadata (or, with ``text``, text)
+    matches ``query``, found through the indexes (migration 0007): the policy keeps non-leakproof
+    matches from using them. Visibility is not applied: a narrowing for :func:`listing_clause`."""
+    pattern, words = (None, query) if text else (metadata_pattern(query), None)
+    found = func.catalog_search_candidates(tenant_id, pattern, words, limit).table_valued("id")
+    return list((await conn.execute(select(found.c.id))).scalars())
 
 
 def text_match(query: str) -> ColumnElement[bool]:
@@ -228,13 +258,23 @@ def text_match(query: str) -> ColumnElement[bool]:
 
 
 def listing_clause(
-    visibility: Visibility, filters: ListingFilter = NO_FILTER, *, text_tier: bool = False
+    visibility: Visibility,
+    filters: ListingFilter = NO_FILTER,
+    *,
+    text_tier: bool = False,
+    candidates: Sequence[int] | None = None,
 ) -> ColumnElement[bool]:
     """The rows a listing may show: the visibility rule, then the caller's filters.
 
     ``query`` matches the metadata; with ``text_tier`` it instead matches the text of resources
-    whose metadata does not match (the second tier of a search, see ``service.list_page``)."""
+    whose metadata does not match (the second tier of a search, see ``service.list_page``).
+    ``candidates``, the ids :func:`search_candidates` found for that match, narrow the scan to
+    them (the match itself is still applied)."""
     clauses = [visibility.resources_clause(resources)]
+    if candidates is not None:
+        clauses.append(
+            resources.c.id == any_(bindparam("candidates", list(candidates), type_=ARRAY(BigInteger)))
+        )
     if filters.uri_prefix:
         clauses.append(resources.c.uri >= filters.uri_prefix)
         upper = uri_prefix_upper_bound(filters.uri_prefix)
@@ -264,6 +304,7 @@ async def page_rows(
     limit: int,
     filters: ListingFilter = NO_FILTER,
     text_tier: bool = False,
+    candidates: Sequence[int] | None = None,
     inclusive: bool = False,
 ) -> list[ResourceRecord]:
     """Up to ``limit`` visible rows after ``after`` (from it, if ``inclusive``) in URI byte order
@@ -278,7 +319,9 @@ async def page_rows(
             resources.c.tenant_id == visibility.tenant_id, resources.c.uri.in_(page_uris)
         )
     else:
-        query = select(*LISTING_COLUMNS).where(listing_clause(visibility, filters, text_tier=text_tier))
+        query = select(*LISTING_COLUMNS).where(
+            listing_clause(visibility, filters, text_tier=text_tier, candidates=candidates)
+        )
         if after is not None:
             query = query.where(resources.c.uri >= after if inclusive else resources.c.uri > after)
     rows = (await conn.execute(query.order_by(resources.c.uri).limit(limit))).all()

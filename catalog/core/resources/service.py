@@ -402,6 +402,22 @@ async def list_page(
 
 _METADATA_TIER, _TEXT_TIER = "m", "t"
 
+# Up to this many matches, a search tier scans only them (found through the indexes, see
+# ``repository.search_candidates``); beyond it, the scan in URI order with the match as a filter
+# finds a page sooner than gathering every match would.
+RARE_MATCHES = 5000
+
+
+async def _rare_matches(
+    conn: AsyncConnection, visibility: Visibility, filters: ListingFilter, *, text: bool
+) -> list[int] | None:
+    """The ids matching the search, when they are few enough to scan only them; else None."""
+    assert filters.query
+    found = await rows.search_candidates(
+        conn, visibility.tenant_id, filters.query, text=text, limit=RARE_MATCHES + 1
+    )
+    return found if len(found) <= RARE_MATCHES else None
+
 
 async def _search_page(
     catalog: Catalog,
@@ -419,7 +435,12 @@ async def _search_page(
     records: list[tuple[str, ResourceRecord]] = []
     if tier == _METADATA_TIER:
         found = await rows.page_rows(
-            conn, visibility, after=last_uri or None, limit=limit + 1, filters=filters
+            conn,
+            visibility,
+            after=last_uri or None,
+            limit=limit + 1,
+            filters=filters,
+            candidates=await _rare_matches(conn, visibility, filters, text=False),
         )
         records += [(_METADATA_TIER, r) for r in found]
         last_uri = ""
@@ -431,6 +452,7 @@ async def _search_page(
             limit=limit + 1 - len(records),
             filters=filters,
             text_tier=True,
+            candidates=await _rare_matches(conn, visibility, filters, text=True),
         )
         records += [(_TEXT_TIER, r) for r in found]
     next_cursor = None
