@@ -206,6 +206,7 @@ class Load:
             while not self.stop.is_set():
                 surface = surfaces[index % len(surfaces)]
                 started = time.monotonic()
+                response = None
                 try:
                     if surface == "admin":
                         response = http.get(f"{API}/tenants/acme/resources", headers=ADMIN)
@@ -213,7 +214,8 @@ class Load:
                         response = mcp_read(http, self.token if surface == "mcp-token" else None)
                     body = response.json()
                 except BaseException as exc:  # a hung or dropped request fails the test below
-                    self.errors.append(exc)
+                    shown = f"HTTP {response.status_code} {response.text[:300]!r}" if response else ""
+                    self.errors.append(AssertionError(f"{surface}: {exc!r} {shown}"))
                     return
                 self.outcomes.append(
                     Outcome(
@@ -279,7 +281,8 @@ def test_postgres_stopped_under_load_then_back_without_a_restart(
             }
             at_return = load.count()
             until(lambda: load.count() >= at_return + 30, 30, "load after the outage")
-        assert not load.errors, load.errors[:3]
+        errors = [line[-2000:] for line in served.printed().splitlines() if '"level": "error"' in line]
+        assert not load.errors, (load.errors[:3], errors[:2])
         kinds = [check_outcome(outcome) for outcome in load.outcomes]
         assert "unavailable" in kinds and kinds[-1] == "ok"
         assert {o.surface for o in load.outcomes if check_outcome(o) == "unavailable"} == {"admin", "mcp"}

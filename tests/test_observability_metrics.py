@@ -25,6 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from prometheus_client.parser import text_string_to_metric_families
 
+from catalog.auth.challenges import PRM_PATH
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_resource
 from catalog.core.schemas import ResourceIn
@@ -259,6 +260,9 @@ async def test_labels_hold_route_templates_and_never_a_uri_or_a_secret(srv: Serv
     routes = {label for key, label in labels if key == "route"}
     templates = {getattr(route, "path", None) for route in srv.app.router.routes} | {"unmatched"}
     templates |= set(srv.app.openapi()["paths"])  # the admin API's, as documented
+    # The registry is the test process's: apps of earlier tests served the protected-resource
+    # metadata (only with OAuth on), whose routes are templates too.
+    templates |= {PRM_PATH, f"{PRM_PATH}/mcp", f"{PRM_PATH}/admin/v1"}
     assert routes <= templates and "/admin/v1/tenants/{slug}/resources" in routes and "unmatched" in routes
     secrets = [ADMIN, *srv.fixture.tokens.values()]
     for key, label in labels:

@@ -59,7 +59,10 @@ SECRET = "sessions-anywhere-secret-0123456789abcdef"
 WATCHED = "test://watched-resource"
 GATED = "file:///project/docs/internal-notes.md"
 SOURCE_TEMPLATE = "file:///project/src/{name}"
-MAX_SESSIONS = 12  # sessions opened at most until every step has been seen on both workers
+# Sessions opened at most until every step has been seen on both workers. Which worker accepts a
+# connection is the kernel's choice and follows load (a worker busy with a GET stream accepts less),
+# so a step can land on one worker many times in a row; the loop ends as soon as all are covered.
+MAX_SESSIONS = 40
 WAIT = 15.0
 TS_DIR = Path(__file__).parent / "ts"
 

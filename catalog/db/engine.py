@@ -162,6 +162,9 @@ def database_unavailable(exc: BaseException) -> bool:
             | sa_exc.DisconnectionError
             | asyncpg.InterfaceError
             | asyncpg.PostgresConnectionError
+            # A connection whose protocol an outage caught mid-operation (it is then discarded:
+            # ``self_scoped_driver``); the next attempt gets another.
+            | asyncpg.InternalClientError
             | ConnectionError
             | TimeoutError,
         ):
@@ -246,6 +249,9 @@ async def _pooled_connection(engine: AsyncEngine) -> AsyncIterator[AsyncConnecti
         return
     held.busy = True  # before any await: no other task of the request can take it now
     try:
+        if held.conn is not None and held.conn.invalidated:
+            await held.conn.close()
+            held.conn = None
         if held.conn is None or held.conn.closed:
             held.conn = await engine.connect()
         yield held.conn
@@ -272,7 +278,14 @@ async def self_scoped_driver(engine: AsyncEngine) -> AsyncIterator[asyncpg.Conne
     next checkout (``_refuse_closed_connection``).
     """
     async with _pooled_connection(engine) as conn:
-        yield (await conn.get_raw_connection()).driver_connection
+        try:
+            yield (await conn.get_raw_connection()).driver_connection
+        except BaseException:
+            # After a failed or cancelled statement the driver's protocol state is unknown (one
+            # caught mid-operation refuses the next statement with InternalClientError): the
+            # connection is discarded, never handed to another request.
+            await conn.invalidate()
+            raise
 
 
 _BIND_SCOPE = text(
