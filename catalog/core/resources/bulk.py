@@ -40,39 +40,11 @@ BEFORE = "catalog_import_before"
 # The bulk statements run as long as they need: the engine's statement timeout is for requests.
 _NO_TIMEOUT = 7 * 24 * 3600.0
 
-# Staging columns, in COPY order.
-STAGING_COLUMNS = (
-    "line",
-    "uri",
-    "name",
-    "title",
-    "description",
-    "mime_type",
-    "icons",
-    "annotations",
-    "tags",
-    "consent_message",
-    "meta",
-    "text",
-    "blob_sha256",
-    "size",
-    "snapshot",
-    "digest",
-)
-_COMPARED = (
-    "name",
-    "title",
-    "description",
-    "mime_type",
-    "icons",
-    "annotations",
-    "tags",
-    "consent_message",
-    "meta",
-    "text",
-    "blob_sha256",
-    "size",
-)
+# Staging columns, in COPY order: a resource's metadata (the record's own list), its content, and
+# what the version and the audit entry keep of it.
+STAGING_COLUMNS = ("line", *METADATA_FIELDS, "text", "blob_sha256", "size", "snapshot", "digest")
+# What an update compares (a line that changes none of it writes nothing).
+_COMPARED = (*METADATA_FIELDS[1:], "text", "blob_sha256", "size")
 _WRITTEN = ("uri", *_COMPARED)
 
 _CREATE_STAGING = f"""
