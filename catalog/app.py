@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import anyio
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from catalog.admin.blobs import is_streamed_upload
 from catalog.auth.edge import EdgeGuard
@@ -22,6 +23,46 @@ from catalog.runtime import shutdown_hook
 from catalog.settings import ConfigError, Settings, get_settings
 
 logger = logging.getLogger("catalog")
+
+
+class CatalogApp(FastAPI):
+    """FastAPI, with ``/mcp`` served next to the router instead of behind it.
+
+    Every MCP request would otherwise pass FastAPI's own layers (error, telemetry, body-limit,
+    exception and exit-stack middleware) and the router's match against every admin and console
+    route before it reaches the last route, ``/mcp``; that was a fifth of the CPU of a read. The
+    MCP endpoint gets the app's own middleware (observability outermost, then the edge guard, the
+    same instances' configuration, so one rate limit), then its ASGI app, and nothing else.
+    """
+
+    def build_middleware_stack(self) -> ASGIApp:
+        stack = super().build_middleware_stack()
+        endpoint = getattr(self.state, "mcp", None)
+        if endpoint is None:
+            return stack
+        route = next(r for r in self.router.routes if getattr(r, "path", None) == endpoint.path)
+        front: ASGIApp = endpoint.asgi_app
+        for cls, args, kwargs in reversed(self.user_middleware):
+            front = cls(front, *args, **kwargs)
+        return PathDispatch(endpoint.path, route, front, stack)
+
+
+class PathDispatch:
+    """``app`` for requests to exactly ``path`` (``route`` named in the scope as the router
+    would), ``default`` for everything else (other paths, the lifespan)."""
+
+    def __init__(self, path: str, route: object, app: ASGIApp, default: ASGIApp) -> None:
+        self.path = path
+        self.route = route
+        self.app = app
+        self.default = default
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == self.path:
+            scope["route"] = self.route
+            await self.app(scope, receive, send)
+        else:
+            await self.default(scope, receive, send)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -45,7 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     stack.callback(stopping.set)  # unwound first: streams end before their hooks
                     yield
 
-    app = FastAPI(
+    app = CatalogApp(
         title="catalog",
         summary="A PostgreSQL-backed, multi-tenant catalogue of MCP resources",
         version="0.1.0",
