@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
+import time
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -73,10 +75,53 @@ class TextFormatter(logging.Formatter):
         return text
 
 
+FLUSH_SECONDS = 0.1
+
+
+class BatchingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that flushes a warning or worse at once and everything else within
+    :data:`FLUSH_SECONDS`, so a busy server does not pay a write system call per request line.
+
+    One daemon thread per handler does the deferred flushes; ``logging.shutdown`` (at exit) flushes
+    whatever is still buffered.
+    """
+
+    def __init__(self, stream: Any = None) -> None:
+        super().__init__(stream)
+        self._pending = threading.Event()
+        self._flusher: threading.Thread | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.stream.write(self.format(record) + self.terminator)
+        except Exception:
+            self.handleError(record)
+            return
+        if record.levelno >= logging.WARNING:
+            self.flush()
+            return
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._flush_soon, name="catalog-log-flush", daemon=True)
+            self._flusher.start()
+        self._pending.set()
+
+    def _flush_soon(self) -> None:
+        while True:
+            self._pending.wait()
+            # Lines written in the meantime join this flush: one system call for all of them.
+            time.sleep(FLUSH_SECONDS)
+            self._pending.clear()
+            self.flush()
+
+
 def logging_config(log_format: LogFormat | None = None) -> dict[str, Any]:
     """uvicorn's ``log_config``: everything to stdout in one format; uvicorn's access log silent."""
     formatter = JsonFormatter if (log_format or default_format()) == "json" else TextFormatter
-    handler = {"class": "logging.StreamHandler", "formatter": "catalog", "stream": "ext://sys.stdout"}
+    handler = {
+        "class": f"{BatchingStreamHandler.__module__}.{BatchingStreamHandler.__qualname__}",
+        "formatter": "catalog",
+        "stream": "ext://sys.stdout",
+    }
     quiet = {"handlers": [], "level": "WARNING", "propagate": False}
     return {
         "version": 1,
