@@ -25,11 +25,18 @@ into SQL, so list, read and templates use the one visibility rule; nothing is fi
 3. Else a visible template whose literal prefix starts the URI (most specific first), that has a
    body, and whose pattern matches: its body rendered with the matched variables.
 4. Else :class:`ResourceNotFound`. Invisible and non-existent URIs are the same error.
+
+:func:`read_plain` is the hot path for the commonest case (a visible text or blob resource, no
+consent, not a directory): authentication, the grants and the row in one statement
+(``catalog_plain_read``, migration 0008), the same visibility rule applied in Python; it answers
+None for everything else, which then takes :func:`read_resource`. :func:`plain_resources_page` is
+:func:`resources_page` with its authentication and grants loaded by that same statement.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 from sqlalchemy import and_, func, literal, select
@@ -37,12 +44,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core import blobs as blob_store
 from catalog.core.audit import AuditEntry, record_audit
+from catalog.core.cursors import InvalidCursor
 from catalog.core.errors import Forbidden, InvalidInput, NotFound
 from catalog.core.principal import Principal
 from catalog.core.resources import LISTING_COLUMNS, ResourceRecord, list_page, record_from_row
-from catalog.core.schemas import ConsentPurpose
+from catalog.core.schemas import DIRECTORY_MIME_TYPE, ConsentPurpose
 from catalog.core.service import Catalog
 from catalog.core.templates import TemplateRecord, template_from_row, template_page
+from catalog.core.tokens import hash_token, is_opaque_token
 from catalog.core.uri_templates import match, parse_template, render_body
 from catalog.core.uris import (
     InvalidUri,
@@ -51,8 +60,8 @@ from catalog.core.uris import (
     normalize_uri,
     uri_prefix_upper_bound,
 )
-from catalog.core.visibility import Visibility, load_visibility
-from catalog.db.engine import TenantScope, transaction
+from catalog.core.visibility import Visibility, load_visibility, visibility_of_grants
+from catalog.db.engine import TenantScope, self_scoped_driver, transaction
 from catalog.db.models import resources, templates
 
 PAGE_SIZE = 100
@@ -228,6 +237,121 @@ async def read_resource(
         if rendered is not None:
             return ReadOutcome(uri, [rendered])
     raise ResourceNotFound(uri)
+
+
+_PLAIN_READ = "SELECT * FROM catalog_plain_read($1, $2, $3, $4, $5)"
+
+
+@dataclass(frozen=True)
+class PlainRead:
+    """A read :func:`read_plain` answered: who asked (its principal, as the token lookup would have
+    made it) and the one content item."""
+
+    principal: Principal
+    content: Content
+
+
+@dataclass(frozen=True)
+class PlainPage:
+    """A ``resources/list`` page :func:`plain_resources_page` answered, and for whom."""
+
+    principal: Principal
+    records: list[ResourceRecord]
+    next_cursor: str | None
+
+
+async def _plain_statement(
+    catalog: Catalog, key: str | None, token: str | None, principal: Principal | None
+) -> tuple[Principal, Visibility, Any] | None:
+    """``catalog_plain_read`` (migration 0008) for an opaque ``token`` or an authenticated tenant
+    ``principal``: who it is, what it sees (the one visibility rule, on the grants the statement
+    returned) and the row of the resource ``key`` names; None for an unknown, revoked or expired
+    token, or a principal without a tenant."""
+    if token is not None:
+        if not is_opaque_token(token):
+            return None
+        arguments: tuple[object, ...] = (hash_token(token), None, None, None, key)
+    elif principal is not None and principal.tenant_id is not None:
+        scopes = sorted(principal.scopes)
+        arguments = (None, principal.tenant_id, scopes, principal.administers(principal.tenant_id), key)
+    else:
+        return None
+    async with self_scoped_driver(catalog.engine) as driver:
+        row = await driver.fetchrow(_PLAIN_READ, *arguments)
+    if row is None or row["principal_tenant_id"] is None:
+        return None
+    tenant_id: int = row["principal_tenant_id"]
+    if principal is None:
+        principal = Principal(
+            kind="token",
+            tenant_id=tenant_id,
+            tenant_slug=row["principal_tenant_slug"],
+            scopes=frozenset(row["principal_scopes"]),
+            is_admin=row["principal_is_admin"],
+            token_id=row["principal_token_id"],
+            expires_at=row["principal_expires_at"],
+        )
+    visibility = visibility_of_grants(
+        principal,
+        tenant_id,
+        uris=row["grant_uris"] or (),
+        prefixes=row["grant_prefixes"] or (),
+        tags=row["grant_tags"] or (),
+    )
+    return principal, visibility, row
+
+
+async def read_plain(
+    catalog: Catalog, uri: str, *, token: str | None = None, principal: Principal | None = None
+) -> PlainRead | None:
+    """``uri`` read in one statement for an opaque ``token`` (looked up by the same statement) or
+    an already authenticated tenant ``principal``; None whenever the full path must answer: an
+    unknown, revoked or expired token, a refused URI, no visible resource with exactly this URI (a
+    template may render it, or the error is the full path's), a directory, a consent message, a
+    resource without content."""
+    try:
+        key = normalize_uri(uri)
+    except InvalidUri:
+        return None
+    found = await _plain_statement(catalog, key, token, principal)
+    if found is None:
+        return None
+    principal, visibility, row = found
+    if (
+        row["resource_uri"] is None
+        or row["resource_consent_message"]
+        or row["resource_mime_type"] == DIRECTORY_MIME_TYPE
+        or not visibility.allows(row["resource_uri"], row["resource_tags"] or ())
+    ):
+        return None
+    mime_type = row["resource_mime_type"]
+    if row["resource_has_blob"]:
+        if row["resource_blob"] is None:
+            return None
+        return PlainRead(principal, Content(uri, mime_type, blob=bytes(row["resource_blob"])))
+    if row["resource_text"] is None:
+        return None  # no content at all: the full path's empty answer
+    return PlainRead(principal, Content(uri, mime_type, text=row["resource_text"]))
+
+
+async def plain_resources_page(
+    catalog: Catalog, cursor: str | None, *, token: str | None = None, principal: Principal | None = None
+) -> PlainPage | None:
+    """:func:`resources_page` for an opaque ``token`` or an authenticated tenant ``principal``, its
+    authentication and grants in one statement; None when the full path must answer (an unknown,
+    revoked or expired token; a cursor that is not this caller's, whose error is the full path's)."""
+    found = await _plain_statement(catalog, None, token, principal)
+    if found is None:
+        return None
+    principal, visibility, _ = found
+    try:
+        async with transaction(catalog.engine, TenantScope.tenant(visibility.tenant_id)) as conn:
+            records, next_cursor = await list_page(
+                catalog, conn, visibility, listing=RESOURCE_LISTING, cursor=cursor, limit=PAGE_SIZE
+            )
+    except InvalidCursor:
+        return None
+    return PlainPage(principal, records, next_cursor)
 
 
 async def _contents_of(conn: AsyncConnection, record: ResourceRecord, uri: str) -> list[Content]:

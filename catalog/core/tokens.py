@@ -45,6 +45,11 @@ def generate_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
+def is_opaque_token(token: str) -> bool:
+    """Whether ``token`` has the shape of one of these tokens (else no lookup is worth a round trip)."""
+    return token.startswith(TOKEN_PREFIX) and len(token) <= 128
+
+
 def hash_token(token: str) -> bytes:
     # The token carries 256 random bits, so a fast hash is enough: nothing to brute-force.
     return hashlib.sha256(token.encode()).digest()
@@ -93,7 +98,7 @@ async def principal_for_token(driver: asyncpg.Connection, token: str) -> Princip
     (migration 0002) widens the row-level-security scope for its own lookup only, so this is one
     statement outside any transaction (see ``self_scoped_driver``), one round trip.
     """
-    if not token.startswith(TOKEN_PREFIX) or len(token) > 128:
+    if not is_opaque_token(token):
         return None
     row = await driver.fetchrow(_TOKEN_PRINCIPAL, hash_token(token))
     if row is None:
@@ -112,7 +117,7 @@ async def principal_for_token(driver: asyncpg.Connection, token: str) -> Princip
 async def token_principal(catalog: Catalog, token: str) -> Principal | None:
     """:func:`principal_for_token` on a pooled connection of ``catalog`` (none is taken for a string
     that cannot be a token)."""
-    if not token.startswith(TOKEN_PREFIX) or len(token) > 128:
+    if not is_opaque_token(token):
         return None
     async with self_scoped_driver(catalog.engine) as driver:
         return await principal_for_token(driver, token)

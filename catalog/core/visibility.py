@@ -14,6 +14,7 @@ a single URI for event fan-out by exactly the same rule.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import (
@@ -195,11 +196,8 @@ def principal_fingerprint(principal: Principal, tenant_id: int) -> str:
 
 
 async def load_visibility(conn: AsyncConnection, principal: Principal, tenant_id: int) -> Visibility:
-    fingerprint = principal_fingerprint(principal, tenant_id)
-    if principal.administers(tenant_id):
-        return Visibility(tenant_id, True, fingerprint=fingerprint)
-    if principal.tenant_id != tenant_id or not principal.scopes:
-        return Visibility(tenant_id, False, fingerprint=fingerprint)
+    if principal.administers(tenant_id) or principal.tenant_id != tenant_id or not principal.scopes:
+        return visibility_of_grants(principal, tenant_id)
     rows = (
         await conn.execute(
             select(grants.c.uri, grants.c.uri_prefix, grants.c.tag).where(
@@ -207,19 +205,48 @@ async def load_visibility(conn: AsyncConnection, principal: Principal, tenant_id
             )
         )
     ).all()
-    uris = frozenset(row.uri for row in rows if row.uri is not None)
-    prefixes = _minimal_prefixes(row.uri_prefix for row in rows if row.uri_prefix is not None)
-    tags = frozenset(row.tag for row in rows if row.tag is not None)
-    return Visibility(tenant_id, False, uris=uris, prefixes=prefixes, tags=tags, fingerprint=fingerprint)
+    return visibility_of_grants(
+        principal,
+        tenant_id,
+        uris=(row.uri for row in rows if row.uri is not None),
+        prefixes=(row.uri_prefix for row in rows if row.uri_prefix is not None),
+        tags=(row.tag for row in rows if row.tag is not None),
+    )
 
 
-def _minimal_prefixes(prefixes: object) -> tuple[str, ...]:
+def visibility_of_grants(
+    principal: Principal,
+    tenant_id: int,
+    *,
+    uris: Iterable[str] = (),
+    prefixes: Iterable[str] = (),
+    tags: Iterable[str] = (),
+) -> Visibility:
+    """What ``principal`` sees of ``tenant_id`` given the selectors of the grants its scopes hold in
+    that tenant (ignored for an admin of the tenant; nothing for a principal of another tenant or
+    without scopes): how :func:`load_visibility` and the one-statement read decide."""
+    fingerprint = principal_fingerprint(principal, tenant_id)
+    if principal.administers(tenant_id):
+        return Visibility(tenant_id, True, fingerprint=fingerprint)
+    if principal.tenant_id != tenant_id or not principal.scopes:
+        return Visibility(tenant_id, False, fingerprint=fingerprint)
+    return Visibility(
+        tenant_id,
+        False,
+        uris=frozenset(uris),
+        prefixes=_minimal_prefixes(prefixes),
+        tags=frozenset(tags),
+        fingerprint=fingerprint,
+    )
+
+
+def _minimal_prefixes(prefixes: Iterable[str]) -> tuple[str, ...]:
     """Sorted prefixes with those covered by a shorter one dropped (fewer, disjoint index ranges)."""
     kept: list[str] = []
-    for prefix in sorted(set(prefixes)):  # type: ignore[call-overload]
+    for prefix in sorted(set(prefixes)):
         if not kept or not prefix.startswith(kept[-1]):
             kept.append(prefix)
     return tuple(kept)
 
 
-__all__ = ["Visibility", "load_visibility", "principal_fingerprint"]
+__all__ = ["Visibility", "load_visibility", "principal_fingerprint", "visibility_of_grants"]

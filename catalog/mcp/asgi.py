@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 import mcp_types as types
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -28,14 +28,23 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from catalog.auth import anonymous_principal, authenticate_request
+from catalog.auth import anonymous_principal, authenticate, authenticate_request, request_credentials
 from catalog.auth.challenges import bearer_challenge
 from catalog.auth.quotas import StreamQuotas
 from catalog.auth.refusals import RATE_LIMITED, refusal
 from catalog.core.errors import Unauthenticated, database_unavailable, pool_exhausted
 from catalog.core.principal import Principal
 from catalog.core.service import Catalog
+from catalog.core.tokens import is_opaque_token
 from catalog.mcp.context import MCP_PATH, PRINCIPAL_STATE_KEY
+from catalog.mcp.plain import (
+    answer_plain,
+    names_plain_method,
+    plain_answers_enabled,
+    plain_request,
+    received_body,
+    replaying,
+)
 from catalog.mcp.server import UNAVAILABLE_MESSAGE
 from catalog.mcp.sessions import LegacySessions
 from catalog.observability.context import note_principal
@@ -59,6 +68,9 @@ class EdgeHost(Protocol):
 
     @property
     def modern(self) -> StreamableHTTPSessionManager | None: ...
+
+    @property
+    def server_info(self) -> dict[str, Any]: ...
 
 
 def is_modern_request(scope: Scope) -> bool:
@@ -132,6 +144,13 @@ class McpEdge:
                 # pooled connection instead of checking out one each; taken before anything runs,
                 # so an exhausted pool is this 503, not a JSON-RPC error inside a 200.
                 async with catalog.request_connection(eager=True):
+                    if names_plain_method(scope) and plain_answers_enabled():
+                        body = await received_body(receive)
+                        if body is None:
+                            return  # the client went away before its request was complete
+                        if await self._plain(catalog, scope, body, watched_send):
+                            return
+                        receive = replaying(body, receive)
                     await self._authenticated(catalog, scope, receive, watched_send)
                 return
             if is_stream_request(scope):
@@ -148,6 +167,33 @@ class McpEdge:
                 raise
             logger.warning("mcp: database unavailable: %r", exc)
             await unavailable_response(pool_exhausted(exc))(scope, receive, send)
+
+    async def _plain(self, catalog: Catalog, scope: Scope, body: bytes, send: Send) -> bool:
+        """Answer a plain read or list page (``catalog.mcp.plain``); False when the request must
+        take the full path (nothing was sent then)."""
+        request = plain_request(scope, body)
+        if request is None:
+            return False
+        authorization = Headers(scope=scope).get("authorization")
+        principal: Principal | None = None
+        try:
+            token = request_credentials(authorization, scope.get("query_string") or b"")
+            if token is None:
+                principal = await self._anonymous_principal(catalog)
+            elif not is_opaque_token(token):
+                principal = await authenticate(catalog, authorization)  # a JWT, the platform token
+                token = None
+        except Unauthenticated:
+            return False  # the full path tells the caller why
+        if token is None and (principal is None or principal.tenant_id is None):
+            return False
+        answered = await answer_plain(
+            scope, send, catalog, request, token=token, principal=principal, server_info=self.host.server_info
+        )
+        if answered is None:
+            return False
+        scope.setdefault("state", {})[PRINCIPAL_STATE_KEY] = answered
+        return True
 
     async def _authenticated(self, catalog: Catalog, scope: Scope, receive: Receive, send: Send) -> None:
         authorization = Headers(scope=scope).get("authorization")

@@ -42,6 +42,8 @@ class McpEndpoint:
     lifespan hook that receives the ``Catalog`` and the app's shutdown signal.
     """
 
+    path = MCP_PATH
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._catalog: Catalog | None = None
@@ -51,6 +53,8 @@ class McpEndpoint:
         self.server = build_server(
             self, signing_key=settings.signing_key(), listen=self.listen, sessions=self.sessions
         )
+        # What the SDK stamps on every 2026-07-28 result; the plain read path stamps the same.
+        self.server_info = self.server.server_info_stamp
         self.streams = StreamQuotas(
             StreamLimits(
                 per_credential=settings.max_streams_per_credential,

@@ -65,22 +65,26 @@ def _present(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not None}
 
 
-def to_resource(record: ResourceRecord) -> types.Resource:
-    return types.Resource.model_validate(
-        _present(
-            {
-                "uri": record.uri,
-                "name": record.name,
-                "title": record.title,
-                "description": record.description,
-                "mimeType": record.mime_type,
-                "size": record.size,
-                "icons": record.icons,
-                "annotations": record.effective_annotations(),
-                "_meta": record.meta,
-            }
-        )
+def resource_fields(record: ResourceRecord) -> dict[str, Any]:
+    """A resource as a ``resources/list`` entry on the wire (what :func:`to_resource` validates;
+    the plain list path sends it as it is)."""
+    return _present(
+        {
+            "uri": record.uri,
+            "name": record.name,
+            "title": record.title,
+            "description": record.description,
+            "mimeType": record.mime_type,
+            "size": record.size,
+            "icons": record.icons,
+            "annotations": record.effective_annotations(),
+            "_meta": record.meta,
+        }
     )
+
+
+def to_resource(record: ResourceRecord) -> types.Resource:
+    return types.Resource.model_validate(resource_fields(record))
 
 
 def to_template(record: TemplateRecord) -> types.ResourceTemplate:

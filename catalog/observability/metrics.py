@@ -45,6 +45,11 @@ MCP_REQUESTS = Counter(
     "MCP requests handled, by method, protocol era (2026 or 2025) and outcome (result or an error code)",
     ["method", "era", "outcome"],
 )
+MCP_PLAIN_ANSWERS = Counter(
+    "catalog_mcp_plain_answers",
+    "2026-07-28 requests answered on the plain path (catalog.mcp.plain), by method",
+    ["method"],
+)
 MCP_DURATION = Histogram(
     "catalog_mcp_request_duration_seconds",
     "MCP handler duration, by method and era",

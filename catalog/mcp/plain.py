@@ -1,0 +1,225 @@
+"""The hot path of ``/mcp``: plain 2026-07-28 reads and list pages answered without the SDK's stack.
+
+Most traffic is agents listing and reading what they may see. Through the SDK each such request
+costs its stateless request machinery (a kernel, a dispatch context, the middleware chain, pydantic
+models both ways) plus catalog's token lookup and a transaction: a read cost about 3 ms of CPU where
+the database's share is a tenth of that. Here a request that is *plainly* valid is answered directly:
+
+1. :func:`plain_request` accepts only what the SDK would accept and answer exactly so: a POST with
+   a JSON body and a JSON ``Accept``, no routing header twice, the body one request for
+   ``resources/read`` (only ``uri``) or ``resources/list`` (at most a ``cursor``) whose envelope,
+   version, method and name pass the SDK's own ladder (``classify_inbound_request``), no progress
+   token, trace context or other envelope key.
+2. ``catalog.core.reading`` authenticates and loads the grants in one statement (for a read, the
+   row too) and applies the one visibility rule (``read_plain``, ``plain_resources_page``).
+3. The answer is the SDK's wire shape for that result (the handlers' fields, cache hints,
+   ``resultType``, the ``serverInfo`` stamp), as bytes.
+
+Anything else, including every refusal and every error (a missing or hidden resource, a bad cursor,
+a revoked token), goes to the SDK with the body replayed, so what a client is told then has one
+author. ``catalog_mcp_plain_answers_total{method}`` counts what was answered here
+(``tests/test_mcp_plain.py`` proves the path is taken and agrees with the SDK).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from mcp.server.streamable_http import CONTENT_TYPE_JSON
+from mcp.shared.inbound import (
+    MCP_METHOD_HEADER,
+    InboundModernRoute,
+    classify_inbound_request,
+    find_duplicated_routing_header,
+)
+from starlette.datastructures import Headers
+from starlette.types import Message, Receive, Scope, Send
+
+from catalog.core.principal import Principal
+from catalog.core.reading import Content, plain_resources_page, read_plain
+from catalog.core.service import Catalog
+from catalog.mcp.context import LIST_TTL_MS, READ_TTL_MS, cache_scope
+from catalog.mcp.handlers import resource_fields
+from catalog.observability import metrics, tracing
+from catalog.observability.context import note_mcp, note_principal
+
+READ = "resources/read"
+LIST = "resources/list"
+PARAMS = {READ: frozenset({"_meta", "uri"}), LIST: frozenset({"_meta", "cursor"})}
+ENVELOPE_KEYS = frozenset(
+    {
+        "io.modelcontextprotocol/protocolVersion",
+        "io.modelcontextprotocol/clientCapabilities",
+        "io.modelcontextprotocol/clientInfo",
+        "io.modelcontextprotocol/logLevel",
+    }
+)
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+_RESPONSE_HEADERS = [(b"content-type", CONTENT_TYPE_JSON.encode())]
+
+
+@dataclass(frozen=True)
+class PlainRequest:
+    method: str
+    request_id: str | int
+    uri: str = ""  # resources/read
+    cursor: str | None = None  # resources/list
+
+
+def names_plain_method(scope: Scope) -> bool:
+    """A modern POST whose ``Mcp-Method`` header names a method this path may answer: worth
+    reading the body for (the edge has already decided the request is modern)."""
+    return scope.get("method") == "POST" and Headers(scope=scope).get(MCP_METHOD_HEADER) in PARAMS
+
+
+def plain_answers_enabled() -> bool:
+    """Off while tracing: a traced request should show the SDK's spans (method, handler, SQL)."""
+    return tracing.tracer() is None
+
+
+def _accepts_json(accept: str) -> bool:
+    # The SDK's rule (``check_accept_headers``) for a JSON-response server.
+    types = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+    return bool(types & {"*/*", "application/*", CONTENT_TYPE_JSON})
+
+
+def plain_request(scope: Scope, body: bytes) -> PlainRequest | None:
+    """What ``body`` asks for, if the request is one this path answers exactly as the SDK would;
+    None sends it to the SDK."""
+    headers = Headers(scope=scope)
+    if headers.get("content-type", "").split(";")[0].strip().lower() != CONTENT_TYPE_JSON:
+        return None
+    if not _accepts_json(headers.get("accept", "")):
+        return None
+    if find_duplicated_routing_header((name.decode("latin-1"), "") for name, _ in scope["headers"]):
+        return None
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(message, dict) or message.keys() != {"jsonrpc", "id", "method", "params"}:
+        return None
+    method, request_id, params = message["method"], message["id"], message["params"]
+    if (
+        message["jsonrpc"] != "2.0"
+        or method not in PARAMS
+        or isinstance(request_id, bool)
+        or not isinstance(request_id, str | int)
+        or not isinstance(params, dict)
+        or "_meta" not in params
+        or not params.keys() <= PARAMS[method]
+    ):
+        return None
+    envelope = params["_meta"]
+    if not isinstance(envelope, dict) or not envelope.keys() <= ENVELOPE_KEYS:
+        return None  # a progress token, trace context or anything else: the SDK's to interpret
+    if not isinstance(classify_inbound_request(message, headers=dict(headers)), InboundModernRoute):
+        return None
+    if method == READ:
+        uri = params.get("uri")
+        return PlainRequest(method, request_id, uri=uri) if isinstance(uri, str) else None
+    cursor = params.get("cursor")
+    return PlainRequest(method, request_id, cursor=cursor) if isinstance(cursor, str | None) else None
+
+
+def content_fields(content: Content) -> dict[str, Any]:
+    """One ``resources/read`` content item on the wire (``handlers.to_contents``' fields)."""
+    item: dict[str, Any] = {"uri": content.uri}
+    if content.mime_type is not None:
+        item["mimeType"] = content.mime_type
+    if content.blob is not None:
+        item["blob"] = base64.b64encode(content.blob).decode()
+    else:
+        item["text"] = content.text
+    return item
+
+
+def response_body(
+    request: PlainRequest, result: dict[str, Any], principal: Principal, server_info: dict[str, Any]
+) -> bytes:
+    """The JSON-RPC response the SDK sends for ``result`` after its serialisation (the handlers'
+    cache hints, ``resultType``, the ``serverInfo`` stamp)."""
+    result["ttlMs"] = READ_TTL_MS if request.method == READ else LIST_TTL_MS
+    result["cacheScope"] = cache_scope(principal)
+    result["resultType"] = "complete"
+    result["_meta"] = {SERVER_INFO_KEY: server_info}
+    response = {"jsonrpc": "2.0", "id": request.request_id, "result": result}
+    return json.dumps(response, separators=(",", ":")).encode()
+
+
+async def plain_answer(
+    catalog: Catalog, request: PlainRequest, *, token: str | None, principal: Principal | None
+) -> tuple[Principal, dict[str, Any]] | None:
+    """The result of ``request`` for an opaque ``token`` or an authenticated ``principal``, and
+    the principal it is for; None when the full path must answer."""
+    if request.method == READ:
+        read = await read_plain(catalog, request.uri, token=token, principal=principal)
+        if read is None:
+            return None
+        return read.principal, {"contents": [content_fields(read.content)]}
+    page = await plain_resources_page(catalog, request.cursor, token=token, principal=principal)
+    if page is None:
+        return None
+    result: dict[str, Any] = {"resources": [resource_fields(record) for record in page.records]}
+    if page.next_cursor is not None:
+        result["nextCursor"] = page.next_cursor
+    return page.principal, result
+
+
+async def answer_plain(
+    scope: Scope,
+    send: Send,
+    catalog: Catalog,
+    request: PlainRequest,
+    *,
+    token: str | None,
+    principal: Principal | None,
+    server_info: dict[str, Any],
+) -> Principal | None:
+    """Answer ``request``; the principal it was answered for, or None (nothing sent) when the full
+    path must answer."""
+    started = time.perf_counter()
+    answered = await plain_answer(catalog, request, token=token, principal=principal)
+    if answered is None:
+        return None
+    principal, result = answered
+    body = response_body(request, result, principal, server_info)
+    note_principal(scope, principal)
+    note_mcp(scope, request.method, "2026", None)
+    metrics.MCP_REQUESTS.labels(request.method, "2026", "result").inc()
+    metrics.MCP_DURATION.labels(request.method, "2026").observe(time.perf_counter() - started)
+    metrics.MCP_PLAIN_ANSWERS.labels(request.method).inc()  # before it leaves: its reader may count
+    headers = [*_RESPONSE_HEADERS, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+    return principal
+
+
+async def received_body(receive: Receive) -> bytes | None:
+    """The whole request body; None when the client went away first."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """``receive`` for the next app, the body already read handed over first."""
+    pending = True
+
+    async def replay() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

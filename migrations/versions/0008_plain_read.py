@@ -1,0 +1,99 @@
+"""A plain ``resources/read`` in one statement: catalog_plain_read(hash, tenant, scopes, admin, uri).
+
+The read path cost four to six round trips (the token lookup; BEGIN, the scope, the grants, the
+row, COMMIT). This function does the same work in one statement, as the caller (row-level security
+applies to every table it reads):
+
+1. The principal: with ``p_hash``, the live token's (``catalog_token_principal``, which widens the
+   scope for its own lookup only); no row at all for an unknown, revoked or expired token. Without
+   it, the principal the caller already authenticated (``p_tenant``, ``p_scopes``, ``p_admin``).
+2. The scope of the statement becomes that tenant (``catalog.tenant_id``, transaction-local and
+   restored before returning), so the policy of 0001 binds the next two reads.
+3. The grants of that tenant that the principal's scopes hold, as three arrays (none for an admin).
+4. The resource with exactly ``p_uri`` in that tenant, with its blob's bytes (NULL columns when
+   there is none, or when ``p_uri`` is NULL: then the statement is the principal and its grants,
+   what a ``resources/list`` page needs before its own query).
+
+It decides nothing: the caller applies the visibility rule (``catalog.core.visibility``) to the
+grants and the row, and takes the full read path for anything that is not a plain visible read
+(no row, a directory, a consent message, a template).
+
+Revision ID: 0008
+Revises: 0007
+Create Date: 2026-12-04 05:40:00.000000
+"""
+
+from collections.abc import Sequence
+
+from alembic import op
+
+revision: str = "0008"
+down_revision: str | None = "0007"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+SIGNATURE = "catalog_plain_read(bytea, bigint, text[], boolean, text)"
+
+UPGRADE_SQL = (
+    """
+    CREATE FUNCTION catalog_plain_read(
+        p_hash bytea, p_tenant bigint, p_scopes text[], p_admin boolean, p_uri text
+    )
+    RETURNS TABLE (
+        principal_token_id bigint, principal_tenant_id bigint, principal_tenant_slug text,
+        principal_scopes text[], principal_is_admin boolean, principal_expires_at timestamptz,
+        grant_uris text[], grant_prefixes text[], grant_tags text[],
+        resource_uri text, resource_mime_type text, resource_tags text[],
+        resource_consent_message text, resource_text text, resource_blob bytea,
+        resource_has_blob boolean
+    )
+    LANGUAGE plpgsql VOLATILE AS $$
+    DECLARE
+        v_scope text := current_setting('catalog.tenant_id', true);
+    BEGIN
+        IF p_hash IS NOT NULL THEN
+            SELECT p.token_id, p.tenant_id, p.tenant_slug, p.scopes, p.is_admin, p.expires_at
+            INTO principal_token_id, principal_tenant_id, principal_tenant_slug, principal_scopes,
+                 principal_is_admin, principal_expires_at
+            FROM catalog_token_principal(p_hash) AS p;
+            IF NOT FOUND THEN
+                RETURN;
+            END IF;
+        ELSE
+            principal_tenant_id := p_tenant;
+            principal_scopes := coalesce(p_scopes, '{}');
+            principal_is_admin := coalesce(p_admin, false);
+        END IF;
+        IF principal_tenant_id IS NULL THEN
+            RETURN;
+        END IF;
+        PERFORM set_config('catalog.tenant_id', principal_tenant_id::text, true);
+        IF NOT principal_is_admin AND cardinality(principal_scopes) > 0 THEN
+            SELECT array_agg(g.uri) FILTER (WHERE g.uri IS NOT NULL),
+                   array_agg(g.uri_prefix) FILTER (WHERE g.uri_prefix IS NOT NULL),
+                   array_agg(g.tag) FILTER (WHERE g.tag IS NOT NULL)
+            INTO grant_uris, grant_prefixes, grant_tags
+            FROM grants AS g
+            WHERE g.tenant_id = principal_tenant_id AND g.scope = ANY(principal_scopes);
+        END IF;
+        SELECT r.uri, r.mime_type, r.tags, r.consent_message, r.text, b.data, r.blob_sha256 IS NOT NULL
+        INTO resource_uri, resource_mime_type, resource_tags, resource_consent_message, resource_text,
+             resource_blob, resource_has_blob
+        FROM resources AS r
+        LEFT JOIN blobs AS b ON b.tenant_id = r.tenant_id AND b.sha256 = r.blob_sha256
+        WHERE r.tenant_id = principal_tenant_id AND r.uri = p_uri;
+        PERFORM set_config('catalog.tenant_id', coalesce(v_scope, ''), true);
+        RETURN NEXT;
+    END
+    $$
+    """,
+)
+
+
+def upgrade() -> None:
+    for statement in UPGRADE_SQL:
+        op.execute(statement)
+
+
+def downgrade() -> None:
+    op.execute(f"DROP FUNCTION IF EXISTS {SIGNATURE}")

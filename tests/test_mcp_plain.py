@@ -1,0 +1,265 @@
+"""The one-statement read path (``catalog.mcp.plain``, issue 13 item 1): a plain 2026-07-28
+``resources/read`` is answered without the SDK's stack, with exactly the SDK's answer; everything
+else (every refusal, every error, consent, directories, templates) still goes through the SDK.
+
+Each test counts the reads the path answered (``catalog_mcp_plain_answers_total``), so a test fails
+when the path is taken where it must not be, or not taken where it should. A read is sent to the
+SDK on purpose by adding a progress token to its envelope (the path leaves those to the SDK).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from catalog.core.principal import Principal
+from catalog.core.service import Catalog
+from catalog.core.tokens import delete_token, list_tokens
+from catalog.db.engine import create_engine
+from catalog.observability import metrics
+from tests.mcp_helpers import (
+    HIDDEN,
+    Served,
+    b64_header,
+    envelope,
+    mcp_settings,
+    modern_headers,
+    module_database,
+    raw,
+    served,
+)
+
+asynchronous = pytest.mark.asyncio(loop_scope="session")
+
+README = "file:///project/README.md"
+APP_PY = "file:///project/src/app.py"
+BINARY = "test://static-binary"
+CONSENT = "file:///project/docs/internal-notes.md"
+DIRECTORY = "file:///project"
+TEMPLATED = "test://template/42/data"
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def srv(postgres_server: Any, template_database: str, tmp_path: Path) -> AsyncIterator[Served]:
+    async with (
+        module_database(postgres_server, template_database) as url,
+        served(mcp_settings(url, tmp_path)) as s,
+    ):
+        yield s
+
+
+async def revoke_admin_token(srv: Served) -> None:
+    """Revoke the tenant's admin token as the admin API would, on an engine of this test's loop."""
+    settings = srv.app.state.settings
+    engine = create_engine(
+        settings.async_database_url(), pool_size=1, max_overflow=0, transaction_pooler=settings.behind_pooler
+    )
+    try:
+        catalog = Catalog(engine=engine, settings=settings)
+        (victim,) = [t for t in await list_tokens(catalog, srv.fixture.tenant) if t.admin]
+        await delete_token(catalog, Principal.system("tests"), srv.fixture.tenant, victim.id)
+    finally:
+        await engine.dispose()
+
+
+def plain_reads() -> float:
+    return metrics.MCP_PLAIN_ANSWERS.labels("resources/read")._value.get()  # type: ignore[attr-defined]
+
+
+def read(srv: Served, uri: str, *, token: str | None = None, through_sdk: bool = False) -> httpx.Response:
+    meta = {**envelope(), "progressToken": "to-the-sdk"} if through_sdk else envelope()
+    return raw(srv, "resources/read", {"uri": uri, "_meta": meta}, token=token)
+
+
+def counted(srv: Served, uri: str, *, token: str | None = None) -> tuple[httpx.Response, float]:
+    before = plain_reads()
+    response = read(srv, uri, token=token)
+    return response, plain_reads() - before
+
+
+@asynchronous
+@pytest.mark.parametrize(
+    ("uri", "token"),
+    [
+        (README, None),  # anonymous: the public tenant's grants
+        (BINARY, None),  # a blob, base64 on the wire
+        (APP_PY, "src"),  # a prefix grant
+        (HIDDEN, "staff"),  # a tag grant
+        (HIDDEN, "admin"),  # the tenant's admin sees everything
+        ("TEST://static-text", "admin"),  # answered under the URI as the client spelt it
+    ],
+)
+async def test_a_plain_read_takes_the_one_statement_path_and_answers_exactly_as_the_sdk(
+    srv: Served, uri: str, token: str | None
+) -> None:
+    """RES-17 (a read answers the resource's contents), HTTP-4 (one JSON object): the same result
+    as the SDK's, byte for byte once parsed, for text and blob, for each kind of grant."""
+    fast, taken = counted(srv, uri, token=token)
+    before = plain_reads()
+    slow = read(srv, uri, token=token, through_sdk=True)
+    assert plain_reads() == before, "a read with a progress token must go to the SDK"
+    assert taken == 1
+    assert fast.status_code == slow.status_code == 200
+    assert fast.headers["content-type"] == slow.headers["content-type"] == "application/json"
+    assert fast.json() == slow.json()
+    (item,) = fast.json()["result"]["contents"]
+    assert item["uri"] == uri
+    assert fast.json()["result"]["resultType"] == "complete"
+    assert fast.json()["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "catalog"
+    if uri == BINARY:
+        assert base64.b64decode(item["blob"]).startswith(b"\x89PNG")
+
+
+@asynchronous
+async def test_the_sdk_client_reads_through_the_one_statement_path(srv: Served) -> None:
+    async with srv.client(token="src") as client:
+        before = plain_reads()
+        result = await client.read_resource(APP_PY)
+        assert plain_reads() - before == 1
+    assert "def greet" in result.contents[0].text  # type: ignore[union-attr]
+
+
+@asynchronous
+@pytest.mark.parametrize(
+    ("uri", "token", "code"),
+    [
+        (HIDDEN, None, -32602),  # exists, invisible: the same answer as a missing URI
+        (HIDDEN, "src", -32602),
+        ("file:///nope.txt", "admin", -32602),
+        ("test://static-text", "none", -32602),  # a scope no grant names
+        ("test://other/1", "admin", -32602),  # the other tenant's template
+        ("file:///a/../etc/passwd", "admin", -32602),  # a refused URI
+    ],
+)
+async def test_what_the_path_cannot_answer_is_answered_by_the_sdk(
+    srv: Served, uri: str, token: str | None, code: int
+) -> None:
+    response, taken = counted(srv, uri, token=token)
+    assert taken == 0
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == code
+
+
+@asynchronous
+async def test_directories_consent_and_templates_take_the_full_path(srv: Served) -> None:
+    directory, taken = counted(srv, DIRECTORY)
+    assert taken == 0
+    assert len(directory.json()["result"]["contents"]) >= 3  # its descendants' contents
+
+    before = plain_reads()
+    consent = raw(srv, "resources/read", {"uri": CONSENT}, token="admin", caps={"elicitation": {"form": {}}})
+    assert plain_reads() == before
+    assert consent.json()["result"]["resultType"] == "input_required"
+
+    templated, taken = counted(srv, TEMPLATED)
+    assert taken == 0
+    assert '"id":"42"' in templated.json()["result"]["contents"][0]["text"]
+
+
+@asynchronous
+async def test_header_and_envelope_faults_are_the_sdks_to_refuse(srv: Served) -> None:
+    """HTTP-5, HTTP-8: a mismatched ``Mcp-Name`` or version is -32020 from the SDK, never a read;
+    a base64-encoded ``Mcp-Name`` (HTTP-8's encoding) is still a plain read."""
+    before = plain_reads()
+    mismatch = raw(srv, "resources/read", {"uri": README}, headers={"Mcp-Name": APP_PY})
+    assert mismatch.status_code == 400 and mismatch.json()["error"]["code"] == -32020
+    version = raw(
+        srv, "resources/read", {"uri": README, "_meta": envelope("2026-01-01")}, headers={"Mcp-Name": README}
+    )
+    assert version.status_code == 400
+    assert plain_reads() == before
+    encoded = raw(srv, "resources/read", {"uri": README}, headers={"Mcp-Name": b64_header(README)})
+    assert encoded.status_code == 200 and plain_reads() == before + 1
+
+
+@asynchronous
+async def test_credentials_are_checked_on_every_plain_read(srv: Served) -> None:
+    """A bogus token and a token in the query string get the full path's 401; a revoked token is
+    refused on its very next read (the lookup is part of the read's one statement)."""
+    before = plain_reads()
+    bogus = raw(srv, "resources/read", {"uri": README}, headers={"Authorization": "Bearer cat_bogus"})
+    assert bogus.status_code == 401 and bogus.headers["www-authenticate"].startswith("Bearer")
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "resources/read",
+        "params": {"_meta": envelope(), "uri": README},
+    }
+    async with httpx.AsyncClient() as client:
+        in_query = await client.post(
+            srv.mcp_url + "?access_token=x", json=body, headers=modern_headers("resources/read", README)
+        )
+    assert in_query.status_code == 401
+    assert plain_reads() == before
+
+    response, taken = counted(srv, README, token="admin")
+    assert (response.status_code, taken) == (200, 1)
+    await revoke_admin_token(srv)
+    refused, taken = counted(srv, README, token="admin")
+    assert (refused.status_code, taken) == (401, 0)
+    assert refused.headers["www-authenticate"].startswith("Bearer")
+
+
+def plain_lists() -> float:
+    return metrics.MCP_PLAIN_ANSWERS.labels("resources/list")._value.get()  # type: ignore[attr-defined]
+
+
+def list_page(
+    srv: Served, cursor: str | None, *, token: str | None, through_sdk: bool = False
+) -> httpx.Response:
+    meta = {**envelope(), "progressToken": "to-the-sdk"} if through_sdk else envelope()
+    params: dict[str, Any] = {"_meta": meta}
+    if cursor is not None:
+        params["cursor"] = cursor
+    return raw(srv, "resources/list", params, token=token)
+
+
+@asynchronous
+@pytest.mark.parametrize("token", [None, "src", "staff", "admin", "none"])
+async def test_plain_list_pages_are_the_sdks_pages_page_for_page(srv: Served, token: str | None) -> None:
+    """RES-1..RES-4 (pages, opaque cursors, the last page without ``nextCursor``): every page of
+    the plain path equals the SDK's page for the same cursor, resource for resource (icons,
+    annotations with ``lastModified``, ``_meta``), for each kind of principal."""
+    cursor: str | None = None
+    pages = 0
+    seen: list[str] = []
+    while True:
+        before = plain_lists()
+        fast = list_page(srv, cursor, token=token)
+        assert plain_lists() - before == 1
+        slow = list_page(srv, cursor, token=token, through_sdk=True)
+        assert plain_lists() - before == 1, "a list with a progress token must go to the SDK"
+        assert fast.status_code == slow.status_code == 200
+        assert fast.json() == slow.json()
+        result = fast.json()["result"]
+        seen.extend(item["uri"] for item in result["resources"])
+        pages += 1
+        cursor = result.get("nextCursor")
+        if cursor is None:
+            break
+    assert len(seen) == len(set(seen)) and seen == sorted(seen, key=lambda uri: uri.encode())
+    if token == "admin":
+        assert pages == 3 and HIDDEN in seen  # the 250 bulk resources and the demo's
+    if token in (None, "src", "none"):
+        assert HIDDEN not in seen
+    if token == "none":
+        assert seen == []
+
+
+@asynchronous
+async def test_a_foreign_or_damaged_cursor_is_the_sdks_to_refuse(srv: Served) -> None:
+    first = list_page(srv, None, token="admin").json()["result"]["nextCursor"]
+    before = plain_lists()
+    foreign = list_page(srv, first, token="src")  # another standing: another caller's cursor
+    damaged = list_page(srv, first[:-2] + "xx", token="admin")
+    assert plain_lists() == before
+    for response in (foreign, damaged):
+        assert response.status_code == 400
+        assert response.json()["error"]["code"] == -32602
+        assert response.json()["error"]["data"] == {"reason": "invalid_cursor"}
