@@ -263,3 +263,68 @@ async def test_a_foreign_or_damaged_cursor_is_the_sdks_to_refuse(srv: Served) ->
         assert response.status_code == 400
         assert response.json()["error"]["code"] == -32602
         assert response.json()["error"]["data"] == {"reason": "invalid_cursor"}
+
+
+def plain_completions() -> float:
+    return metrics.MCP_PLAIN_ANSWERS.labels("completion/complete")._value.get()  # type: ignore[attr-defined]
+
+
+def complete(
+    srv: Served,
+    template: str,
+    argument: dict[str, Any],
+    *,
+    context: dict[str, Any] | None = None,
+    token: str | None = None,
+    through_sdk: bool = False,
+    ref_type: str = "ref/resource",
+) -> httpx.Response:
+    meta = {**envelope(), "progressToken": "to-the-sdk"} if through_sdk else envelope()
+    params: dict[str, Any] = {"_meta": meta, "ref": {"type": ref_type, "uri": template}, "argument": argument}
+    if context is not None:
+        params["context"] = context
+    return raw(srv, "completion/complete", params, token=token)
+
+
+SRC_TEMPLATE = "file:///project/src/{name}"
+
+
+@asynchronous
+@pytest.mark.parametrize(
+    ("argument", "context", "token"),
+    [
+        ({"name": "name", "value": ""}, None, None),
+        ({"name": "name", "value": "ma"}, None, "src"),
+        ({"name": "name", "value": ""}, {"arguments": {}}, "admin"),
+        ({"name": "id", "value": "4"}, None, "admin"),  # another template's argument: no values
+    ],
+)
+async def test_a_plain_completion_is_the_sdks_completion(
+    srv: Served, argument: dict[str, Any], context: dict[str, Any] | None, token: str | None
+) -> None:
+    """COMP-1..3 (values of a template's argument from what the caller may see): the plain path's
+    answer equals the SDK's."""
+    template = SRC_TEMPLATE if argument["name"] == "name" else "test://template/{id}/data"
+    before = plain_completions()
+    fast = complete(srv, template, argument, context=context, token=token)
+    assert plain_completions() - before == 1
+    slow = complete(srv, template, argument, context=context, token=token, through_sdk=True)
+    assert plain_completions() - before == 1
+    assert fast.status_code == slow.status_code == 200
+    assert fast.json() == slow.json()
+    values = fast.json()["result"]["completion"]["values"]
+    if template == SRC_TEMPLATE:
+        assert "main.py" in values or argument["value"] == "ma"
+        assert all(value.startswith(argument["value"]) for value in values)
+
+
+@asynchronous
+async def test_completion_refusals_are_the_sdks(srv: Served) -> None:
+    before = plain_completions()
+    unknown = complete(srv, "file:///nowhere/{x}", {"name": "x", "value": ""}, token="admin")
+    foreign = complete(srv, "test://other/{x}", {"name": "x", "value": ""}, token="admin")
+    prompt = complete(srv, "greeting", {"name": "x", "value": ""}, token="admin", ref_type="ref/prompt")
+    wrong_argument = complete(srv, SRC_TEMPLATE, {"name": "nope", "value": ""}, token="admin")
+    assert plain_completions() == before
+    for response in (unknown, foreign, prompt, wrong_argument):
+        assert response.json()["error"]["code"] == -32602, response.text

@@ -25,18 +25,32 @@ The template is named by its exact ``uriTemplate`` and must itself be visible; o
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import and_, case, func, literal, select, true
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Select,
+    Text,
+    and_,
+    bindparam,
+    case,
+    func,
+    literal,
+    select,
+    true,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.errors import InvalidInput, NotFound
 from catalog.core.principal import Principal
-from catalog.core.reading import tenant_of
+from catalog.core.reading import plain_standing, tenant_of
 from catalog.core.service import Catalog
 from catalog.core.uri_templates import InvalidTemplate, completion_candidates, parse_template
-from catalog.core.visibility import load_visibility
+from catalog.core.visibility import Visibility, load_visibility
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import resources, templates
 
@@ -83,12 +97,17 @@ async def complete_argument(
     argument: str,
     partial: str,
     context_arguments: Mapping[str, str] | None = None,
+    *,
+    visibility: Visibility | None = None,
 ) -> Completion:
+    """Values for ``argument`` of a visible template, from the visible resources' URIs;
+    ``visibility``: the principal's, when the caller has already loaded it."""
     tenant_id = tenant_of(principal)
     if not _storable(uri_template):
         raise UnknownTemplate(uri_template)  # no stored template can hold a NUL or a lone surrogate
     async with transaction(catalog.engine, TenantScope.tenant(tenant_id)) as conn:
-        visibility = await load_visibility(conn, principal, tenant_id)
+        if visibility is None or visibility.tenant_id != tenant_id:
+            visibility = await load_visibility(conn, principal, tenant_id)
         if visibility.nothing:
             raise UnknownTemplate(uri_template)
         found = (
@@ -105,10 +124,7 @@ async def complete_argument(
         except InvalidTemplate as exc:
             raise InvalidArgument(exc.reason) from None
 
-        base = [visibility.resources_clause(resources), resources.c.uri >= plan.uri_prefix]
-        if plan.upper_bound is not None:
-            base.append(resources.c.uri < plan.upper_bound)
-        scan = _Scan(conn, base, plan)
+        scan = _Scan(conn, visibility, plan)
         separator = _first_segment_separator(plan, argument)
         if separator is None:
             await scan.rows(after=None, below=None)
@@ -123,16 +139,56 @@ async def complete_argument(
     )
 
 
+@dataclass(frozen=True)
+class PlainCompletion:
+    principal: Principal
+    completion: Completion
+
+
+async def plain_completion(
+    catalog: Catalog,
+    uri_template: str,
+    argument: str,
+    partial: str,
+    context_arguments: Mapping[str, str] | None = None,
+    *,
+    token: str | None = None,
+    principal: Principal | None = None,
+) -> PlainCompletion | None:
+    """:func:`complete_argument` for an opaque ``token`` or an authenticated tenant ``principal``,
+    its authentication and grants in one statement (``reading.plain_standing``); None when the
+    full path must answer (an unknown, revoked or expired token; an unknown template or a refused
+    argument, whose errors are the full path's)."""
+    found = await plain_standing(catalog, None, token, principal)
+    if found is None:
+        return None
+    principal, visibility, _ = found
+    try:
+        completion = await complete_argument(
+            catalog, principal, uri_template, argument, partial, context_arguments, visibility=visibility
+        )
+    except (UnknownTemplate, InvalidArgument):
+        return None
+    return PlainCompletion(principal, completion)
+
+
 class _Scan:
     """Candidate rows read in URI order, batch by batch, within the ``MAX_SCANNED_ROWS`` budget."""
 
-    def __init__(self, conn: AsyncConnection, base: list, plan) -> None:
+    def __init__(self, conn: AsyncConnection, visibility: Visibility, plan: Any) -> None:
         self.conn = conn
-        self.base = base
+        self.visibility = visibility
         self.plan = plan
         self.values: set[str] = set()
         self.scanned = 0
         self.finished = True
+
+    def range_bounds(self) -> dict[str, str]:
+        """The candidate range's bind values (see :func:`_candidate_range`)."""
+        bounds = {"prefix": self.plan.uri_prefix}
+        if self.plan.upper_bound is not None:
+            bounds["upper"] = self.plan.upper_bound
+        return bounds
 
     async def rows(self, *, after: str | None, below: str | None, until_match: bool = False) -> None:
         """Extract values from the rows after ``after`` (and before ``below``); with ``until_match``,
@@ -141,19 +197,12 @@ class _Scan:
             if self.scanned >= MAX_SCANNED_ROWS:
                 self.finished = False
                 return
-            clauses = [*self.base]
-            if after is not None:
-                clauses.append(resources.c.uri > after)
-            if below is not None:
-                clauses.append(resources.c.uri < below)
             batch = min(_BATCH, MAX_SCANNED_ROWS - self.scanned)
-            uris = list(
-                (
-                    await self.conn.execute(
-                        select(resources.c.uri).where(and_(*clauses)).order_by(resources.c.uri).limit(batch)
-                    )
-                ).scalars()
+            query = _batch_statement(
+                self.visibility, self.plan.upper_bound is not None, after is not None, below is not None
             )
+            values = {**self.range_bounds(), "after": after, "below": below, "batch": batch}
+            uris = list((await self.conn.execute(query, values)).scalars())
             self.scanned += len(uris)
             for uri in uris:
                 value = self.plan.extract(uri)
@@ -164,6 +213,31 @@ class _Scan:
             if len(uris) < batch:
                 return
             after = uris[-1]
+
+
+def _candidate_range(table: Any, visibility: Visibility, bounded: bool) -> list[ColumnElement[bool]]:
+    """Visible rows of ``table`` in the candidate range: from ``:prefix`` (below ``:upper``)."""
+    clauses = [visibility.resources_clause(table), table.c.uri >= bindparam("prefix", type_=Text)]
+    if bounded:
+        clauses.append(table.c.uri < bindparam("upper", type_=Text))
+    return clauses
+
+
+# Statements are built once per visibility and shape, their values bound at each execution:
+# building the recursive query took longer than the database took to run it.
+@functools.lru_cache(maxsize=256)
+def _batch_statement(visibility: Visibility, bounded: bool, after: bool, below: bool) -> Select[Any]:
+    clauses = _candidate_range(resources, visibility, bounded)
+    if after:
+        clauses.append(resources.c.uri > bindparam("after", type_=Text))
+    if below:
+        clauses.append(resources.c.uri < bindparam("below", type_=Text))
+    return (
+        select(resources.c.uri)
+        .where(and_(*clauses))
+        .order_by(resources.c.uri)
+        .limit(bindparam("batch", type_=Integer))
+    )
 
 
 def _first_segment_separator(plan, argument: str) -> str | None:
@@ -177,47 +251,12 @@ def _first_segment_separator(plan, argument: str) -> str | None:
     return after if after in _RESERVED else None
 
 
-async def _skip_scan(scan: _Scan, visibility, plan, separator: str) -> None:
+async def _skip_scan(scan: _Scan, visibility: Visibility, plan: Any, separator: str) -> None:
     """One URI per distinct value, by a recursive query that jumps past each value's range."""
     start = len(plan.template.template[: plan.template.template.find("{")])
     jump_char = chr(ord(separator) + 1)
-
-    def next_bound(uri):
-        # The first URI that can hold another value: past "<prefix><value><separator>".
-        position = func.strpos(func.substr(uri, start + 1), separator)
-        return case(
-            (position > 0, func.left(uri, start + position - 1) + literal(jump_char)),
-            else_=uri + literal("\x01"),
-        )
-
-    first = (
-        select(resources.c.uri).where(and_(*scan.base)).order_by(resources.c.uri).limit(1).scalar_subquery()
-    )
-    # Each jump's bound is a column of the previous row, so the next jump compares ``uri`` with a
-    # plain value (an index condition). Computed inside the comparison instead, the non-leakproof
-    # string functions would keep the condition behind the row-level-security filter, and every
-    # jump would scan the tenant's range from its start.
-    seed = first.label("uri")
-    jumps = select(seed, next_bound(seed).label("bound"), literal(1).label("n")).cte("jumps", recursive=True)
-    following = resources.alias("following")
-    upper = [following.c.uri < plan.upper_bound] if plan.upper_bound is not None else []
-    step = (
-        select(following.c.uri)
-        .where(visibility.resources_clause(following), following.c.uri >= jumps.c.bound, *upper)
-        .order_by(following.c.uri)
-        .limit(1)
-        .lateral("step")
-    )
-    jumps = jumps.union_all(
-        select(step.c.uri, next_bound(step.c.uri), jumps.c.n + 1)
-        .select_from(jumps.join(step, true()))
-        .where(jumps.c.n < MAX_GROUPS)
-    )
-    firsts = list(
-        (
-            await scan.conn.execute(select(jumps.c.uri).where(jumps.c.uri.is_not(None)).order_by(jumps.c.n))
-        ).scalars()
-    )
+    query = _jumps_statement(visibility, start, separator, plan.upper_bound is not None)
+    firsts = list((await scan.conn.execute(query, {**scan.range_bounds(), "groups": MAX_GROUPS})).scalars())
     scan.scanned += len(firsts)
     for uri in firsts:
         value = plan.extract(uri)
@@ -229,3 +268,47 @@ async def _skip_scan(scan: _Scan, visibility, plan, separator: str) -> None:
             await scan.rows(after=uri, below=uri[:end] + jump_char, until_match=True)
     if len(firsts) >= MAX_GROUPS:
         scan.finished = False
+
+
+@functools.lru_cache(maxsize=256)
+def _jumps_statement(visibility: Visibility, start: int, separator: str, bounded: bool) -> Select[Any]:
+    """The loose index scan: from the first candidate, each step the first visible URI past the
+    previous one's value (``<prefix><value><separator>``), at most ``MAX_GROUPS`` steps."""
+    jump_char = chr(ord(separator) + 1)
+
+    def next_bound(uri: Any) -> Any:
+        # The first URI that can hold another value: past "<prefix><value><separator>".
+        position = func.strpos(func.substr(uri, start + 1), separator)
+        return case(
+            (position > 0, func.left(uri, start + position - 1) + literal(jump_char)),
+            else_=uri + literal("\x01"),
+        )
+
+    first = (
+        select(resources.c.uri)
+        .where(and_(*_candidate_range(resources, visibility, bounded)))
+        .order_by(resources.c.uri)
+        .limit(1)
+        .scalar_subquery()
+    )
+    # Each jump's bound is a column of the previous row, so the next jump compares ``uri`` with a
+    # plain value (an index condition). Computed inside the comparison instead, the non-leakproof
+    # string functions would keep the condition behind the row-level-security filter, and every
+    # jump would scan the tenant's range from its start.
+    seed = first.label("uri")
+    jumps = select(seed, next_bound(seed).label("bound"), literal(1).label("n")).cte("jumps", recursive=True)
+    following = resources.alias("following")
+    upper = [following.c.uri < bindparam("upper", type_=Text)] if bounded else []
+    step = (
+        select(following.c.uri)
+        .where(visibility.resources_clause(following), following.c.uri >= jumps.c.bound, *upper)
+        .order_by(following.c.uri)
+        .limit(1)
+        .lateral("step")
+    )
+    jumps = jumps.union_all(
+        select(step.c.uri, next_bound(step.c.uri), jumps.c.n + 1)
+        .select_from(jumps.join(step, true()))
+        .where(jumps.c.n < bindparam("groups", type_=Integer))
+    )
+    return select(jumps.c.uri).where(jumps.c.uri.is_not(None)).order_by(jumps.c.n)

@@ -47,7 +47,14 @@ from catalog.core.audit import AuditEntry, record_audit
 from catalog.core.cursors import InvalidCursor
 from catalog.core.errors import Forbidden, InvalidInput, NotFound
 from catalog.core.principal import Principal
-from catalog.core.resources import LISTING_COLUMNS, ResourceRecord, list_page, record_from_row
+from catalog.core.resources import (
+    LISTING_COLUMNS,
+    ListingEntry,
+    ResourceRecord,
+    list_page,
+    record_from_row,
+    visible_page,
+)
 from catalog.core.schemas import DIRECTORY_MIME_TYPE, ConsentPurpose
 from catalog.core.service import Catalog
 from catalog.core.templates import TemplateRecord, template_from_row, template_page
@@ -256,17 +263,17 @@ class PlainPage:
     """A ``resources/list`` page :func:`plain_resources_page` answered, and for whom."""
 
     principal: Principal
-    records: list[ResourceRecord]
+    entries: list[ListingEntry]
     next_cursor: str | None
 
 
-async def _plain_statement(
+async def plain_standing(
     catalog: Catalog, key: str | None, token: str | None, principal: Principal | None
 ) -> tuple[Principal, Visibility, Any] | None:
     """``catalog_plain_read`` (migration 0008) for an opaque ``token`` or an authenticated tenant
     ``principal``: who it is, what it sees (the one visibility rule, on the grants the statement
-    returned) and the row of the resource ``key`` names; None for an unknown, revoked or expired
-    token, or a principal without a tenant."""
+    returned) and the row of the resource ``key`` names (none asked for with ``key`` None); None
+    for an unknown, revoked or expired token, or a principal without a tenant."""
     if token is not None:
         if not is_opaque_token(token):
             return None
@@ -313,7 +320,7 @@ async def read_plain(
         key = normalize_uri(uri)
     except InvalidUri:
         return None
-    found = await _plain_statement(catalog, key, token, principal)
+    found = await plain_standing(catalog, key, token, principal)
     if found is None:
         return None
     principal, visibility, row = found
@@ -339,16 +346,16 @@ async def plain_resources_page(
 ) -> PlainPage | None:
     """:func:`resources_page` for an opaque ``token`` or an authenticated tenant ``principal``, its
     authentication and grants in one statement; None when the full path must answer (an unknown,
-    revoked or expired token; a cursor that is not this caller's, whose error is the full path's)."""
-    found = await _plain_statement(catalog, None, token, principal)
+    revoked or expired token; a cursor that is not this caller's, whose error is the full path's).
+    The page itself is one statement too (``catalog.core.resources.visible_page``)."""
+    found = await plain_standing(catalog, None, token, principal)
     if found is None:
         return None
     principal, visibility, _ = found
     try:
-        async with transaction(catalog.engine, TenantScope.tenant(visibility.tenant_id)) as conn:
-            records, next_cursor = await list_page(
-                catalog, conn, visibility, listing=RESOURCE_LISTING, cursor=cursor, limit=PAGE_SIZE
-            )
+        records, next_cursor = await visible_page(
+            catalog, visibility, listing=RESOURCE_LISTING, cursor=cursor, limit=PAGE_SIZE
+        )
     except InvalidCursor:
         return None
     return PlainPage(principal, records, next_cursor)

@@ -43,31 +43,12 @@ from catalog.db.models import grants
 
 _BEYOND_EVERY_URI = "\U0010ffff" * 4
 
+# One place for the sparse page's plan: ``catalog_visible_page`` (migration 0008), which the plain
+# list path calls directly; here only the URIs of its page are kept, for the caller's own query.
 _SPARSE_PAGE = (
     text(
-        """
-        SELECT page.uri FROM (
-            SELECT scan.uri
-            FROM unnest(CAST(:lows AS text[]), CAST(:highs AS text[])) AS g(low, high)
-            CROSS JOIN LATERAL (
-                SELECT r.uri FROM resources AS r
-                WHERE r.tenant_id = :tenant_id AND r.uri >= g.low AND r.uri < g.high AND r.uri > :after
-                ORDER BY r.uri LIMIT :limit
-            ) AS scan
-            UNION
-            SELECT scan.uri
-            FROM unnest(CAST(:tags AS text[])) AS g(tag)
-            CROSS JOIN LATERAL (
-                SELECT t.uri FROM resource_tags AS t
-                WHERE t.tenant_id = :tenant_id AND t.tag = g.tag AND t.uri > :after
-                ORDER BY t.uri LIMIT :limit
-            ) AS scan
-            UNION
-            SELECT r.uri FROM resources AS r
-            WHERE r.tenant_id = :tenant_id AND r.uri = ANY(CAST(:uris AS text[])) AND r.uri > :after
-        ) AS page
-        ORDER BY page.uri LIMIT :limit
-        """
+        "SELECT page.uri FROM catalog_visible_page("
+        ":tenant_id, false, :lows, :highs, :tags, :uris, :after, :limit) AS page"
     )
     .bindparams(
         bindparam("lows", type_=ARRAY(Text)),
@@ -143,17 +124,23 @@ class Visibility:
         """
         if self.everything or self.nothing:
             return None
-        lows = list(self.prefixes)
-        highs = [uri_prefix_upper_bound(prefix) or _BEYOND_EVERY_URI for prefix in lows]
+        lows, highs, tags, uris = self.page_selectors()
         return _SPARSE_PAGE.bindparams(
             tenant_id=self.tenant_id,
             lows=lows,
             highs=highs,
-            tags=sorted(self.tags),
-            uris=sorted(self.uris),
+            tags=tags,
+            uris=uris,
             after=after or "",
             limit=limit,
         )
+
+    def page_selectors(self) -> tuple[list[str], list[str], list[str], list[str]]:
+        """The grants as ``catalog_visible_page``'s arrays: each prefix as a URI range (low, high),
+        the tags, the URIs."""
+        lows = list(self.prefixes)
+        highs = [uri_prefix_upper_bound(prefix) or _BEYOND_EVERY_URI for prefix in lows]
+        return lows, highs, sorted(self.tags), sorted(self.uris)
 
     def allows(self, uri: str, tags: frozenset[str] | set[str] | tuple[str, ...] = ()) -> bool:
         """The same rule for one resource with these tags, for deciding an event without a query."""

@@ -35,9 +35,62 @@ def _plan(cls: type) -> tuple[tuple[str, bool, bool], ...]:
     return tuple(plan)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """How a row with given columns fills ``cls``: (name, position, is a tuple field) for each
+    field it holds, and the defaults of those it does not."""
+
+    fields: tuple[tuple[str, int, bool], ...]
+    defaults: dict[str, Any]
+    # Filled without running ``__init__`` (no ``__post_init__``, no slots): a frozen dataclass's
+    # ``__init__`` sets each field through ``object.__setattr__``, a third of a page's record cost.
+    direct: bool
+
+
+@functools.lru_cache(maxsize=512)
+def _layout(cls: type, columns: tuple[str, ...]) -> _Layout:
+    position = {name: index for index, name in enumerate(columns)}
+    fields = []
+    defaults: dict[str, Any] = {}
+    by_name = {field.name: field for field in dataclasses.fields(cls)}
+    for name, is_tuple, has_default in _plan(cls):
+        index = position.get(name)
+        if index is not None:
+            fields.append((name, index, is_tuple))
+            continue
+        if not has_default:
+            raise KeyError(f"{cls.__name__}: the row has no column {name!r}")
+        field = by_name[name]
+        if field.default is _MISSING:
+            defaults = {}  # a default factory: only __init__ may call it
+            break
+        defaults[name] = field.default
+    direct = (
+        not hasattr(cls, "__post_init__")
+        and "__slots__" not in cls.__dict__
+        and len(fields) + len(defaults) == len(_plan(cls))
+    )
+    return _Layout(tuple(fields), defaults, direct)
+
+
 def from_row(cls: type[R], row: Any) -> R:
-    """A ``cls`` (a dataclass) from ``row`` (a SQLAlchemy ``Row`` or a mapping of column names)."""
-    mapping: Mapping[str, Any] = row if isinstance(row, Mapping) else row._mapping
+    """A ``cls`` (a dataclass) from ``row`` (a SQLAlchemy ``Row``, an asyncpg ``Record`` or a
+    mapping of column names)."""
+    if not isinstance(row, Mapping):
+        # By position: a page builds a hundred records, and a lookup by name through the row's
+        # mapping costs several times the positional one.
+        layout = _layout(cls, row._fields if hasattr(row, "_fields") else tuple(row.keys()))
+        values = {
+            name: tuple(row[index] or ()) if is_tuple else row[index]
+            for name, index, is_tuple in layout.fields
+        }
+        if not layout.direct:
+            return cls(**values)
+        instance = cls.__new__(cls)
+        instance.__dict__.update(layout.defaults)
+        instance.__dict__.update(values)
+        return instance
+    mapping: Mapping[str, Any] = row
     values: dict[str, Any] = {}
     for name, is_tuple, has_default in _plan(cls):
         if name not in mapping:

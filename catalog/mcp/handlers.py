@@ -18,7 +18,7 @@ from catalog.core import reading
 from catalog.core.completion import InvalidArgument, UnknownTemplate, complete_argument
 from catalog.core.cursors import InvalidCursor
 from catalog.core.reading import Content, InvalidReadParams, ReadOutcome, ResourceNotFound
-from catalog.core.resources import ResourceRecord
+from catalog.core.resources import ListingEntry, ResourceRecord
 from catalog.core.service import Catalog
 from catalog.core.templates import TemplateRecord
 from catalog.mcp.context import (
@@ -65,7 +65,7 @@ def _present(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not None}
 
 
-def resource_fields(record: ResourceRecord) -> dict[str, Any]:
+def resource_fields(record: ResourceRecord | ListingEntry) -> dict[str, Any]:
     """A resource as a ``resources/list`` entry on the wire (what :func:`to_resource` validates;
     the plain list path sends it as it is)."""
     return _present(

@@ -1,4 +1,4 @@
-"""The hot path of ``/mcp``: plain 2026-07-28 reads and list pages answered without the SDK's stack.
+"""The hot path of ``/mcp``: plain 2026-07-28 reads, list pages and completions, without the SDK's stack.
 
 Most traffic is agents listing and reading what they may see. Through the SDK each such request
 costs its stateless request machinery (a kernel, a dispatch context, the middleware chain, pydantic
@@ -7,11 +7,12 @@ the database's share is a tenth of that. Here a request that is *plainly* valid 
 
 1. :func:`plain_request` accepts only what the SDK would accept and answer exactly so: a POST with
    a JSON body and a JSON ``Accept``, no routing header twice, the body one request for
-   ``resources/read`` (only ``uri``) or ``resources/list`` (at most a ``cursor``) whose envelope,
+   ``resources/read`` (only ``uri``), ``resources/list`` (at most a ``cursor``) or
+   ``completion/complete`` (a resource template's argument, string values only) whose envelope,
    version, method and name pass the SDK's own ladder (``classify_inbound_request``), no progress
    token, trace context or other envelope key.
-2. ``catalog.core.reading`` authenticates and loads the grants in one statement (for a read, the
-   row too) and applies the one visibility rule (``read_plain``, ``plain_resources_page``).
+2. The core authenticates and loads the grants in one statement (for a read, the row too) and
+   applies the one visibility rule (``read_plain``, ``plain_resources_page``, ``plain_completion``).
 3. The answer is the SDK's wire shape for that result (the handlers' fields, cache hints,
    ``resultType``, the ``serverInfo`` stamp), as bytes.
 
@@ -29,6 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from mcp.server.streamable_http import CONTENT_TYPE_JSON
 from mcp.shared.inbound import (
     MCP_METHOD_HEADER,
@@ -39,6 +41,7 @@ from mcp.shared.inbound import (
 from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope, Send
 
+from catalog.core.completion import plain_completion
 from catalog.core.principal import Principal
 from catalog.core.reading import Content, plain_resources_page, read_plain
 from catalog.core.service import Catalog
@@ -49,7 +52,14 @@ from catalog.observability.context import note_mcp, note_principal
 
 READ = "resources/read"
 LIST = "resources/list"
-PARAMS = {READ: frozenset({"_meta", "uri"}), LIST: frozenset({"_meta", "cursor"})}
+COMPLETE = "completion/complete"
+PARAMS = {
+    READ: frozenset({"_meta", "uri"}),
+    LIST: frozenset({"_meta", "cursor"}),
+    COMPLETE: frozenset({"_meta", "ref", "argument", "context"}),
+}
+# The handlers' cache hints (``catalog.mcp.server``): completion has none.
+TTL_MS = {READ: READ_TTL_MS, LIST: LIST_TTL_MS}
 ENVELOPE_KEYS = frozenset(
     {
         "io.modelcontextprotocol/protocolVersion",
@@ -66,8 +76,11 @@ _RESPONSE_HEADERS = [(b"content-type", CONTENT_TYPE_JSON.encode())]
 class PlainRequest:
     method: str
     request_id: str | int
-    uri: str = ""  # resources/read
+    uri: str = ""  # resources/read; the template of completion/complete
     cursor: str | None = None  # resources/list
+    argument: str = ""  # completion/complete: the argument, its partial value, the others known
+    partial: str = ""
+    context: dict[str, str] | None = None
 
 
 def names_plain_method(scope: Scope) -> bool:
@@ -98,9 +111,9 @@ def plain_request(scope: Scope, body: bytes) -> PlainRequest | None:
     if find_duplicated_routing_header((name.decode("latin-1"), "") for name, _ in scope["headers"]):
         return None
     try:
-        message = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
+        message = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None  # the SDK's to refuse (or to read: orjson refuses what json may accept)
     if not isinstance(message, dict) or message.keys() != {"jsonrpc", "id", "method", "params"}:
         return None
     method, request_id, params = message["method"], message["id"], message["params"]
@@ -122,8 +135,48 @@ def plain_request(scope: Scope, body: bytes) -> PlainRequest | None:
     if method == READ:
         uri = params.get("uri")
         return PlainRequest(method, request_id, uri=uri) if isinstance(uri, str) else None
-    cursor = params.get("cursor")
-    return PlainRequest(method, request_id, cursor=cursor) if isinstance(cursor, str | None) else None
+    if method == LIST:
+        cursor = params.get("cursor")
+        return PlainRequest(method, request_id, cursor=cursor) if isinstance(cursor, str | None) else None
+    return _completion_request(request_id, params)
+
+
+def _strings(value: Any, keys: frozenset[str] | None = None) -> bool:
+    """A JSON object of strings (with exactly ``keys``, if given)."""
+    return (
+        isinstance(value, dict)
+        and (keys is None or value.keys() == keys)
+        and all(isinstance(item, str) for item in value.values())
+    )
+
+
+_REF_KEYS = frozenset({"type", "uri"})
+_ARGUMENT_KEYS = frozenset({"name", "value"})
+
+
+def _completion_request(request_id: str | int, params: dict[str, Any]) -> PlainRequest | None:
+    """A completion of a resource template's argument, every part of the shape the SDK validates
+    (anything else, a prompt reference included, is the SDK's)."""
+    ref, argument, context = params.get("ref"), params.get("argument"), params.get("context", {})
+    if (
+        not _strings(ref, _REF_KEYS)
+        or ref["type"] != "ref/resource"
+        or not _strings(argument, _ARGUMENT_KEYS)
+    ):
+        return None
+    if not isinstance(context, dict) or not context.keys() <= {"arguments"}:
+        return None
+    known = context.get("arguments", {})
+    if not _strings(known):
+        return None
+    return PlainRequest(
+        COMPLETE,
+        request_id,
+        uri=ref["uri"],
+        argument=argument["name"],
+        partial=argument["value"],
+        context=known,
+    )
 
 
 def content_fields(content: Content) -> dict[str, Any]:
@@ -143,12 +196,16 @@ def response_body(
 ) -> bytes:
     """The JSON-RPC response the SDK sends for ``result`` after its serialisation (the handlers'
     cache hints, ``resultType``, the ``serverInfo`` stamp)."""
-    result["ttlMs"] = READ_TTL_MS if request.method == READ else LIST_TTL_MS
-    result["cacheScope"] = cache_scope(principal)
+    if request.method in TTL_MS:
+        result["ttlMs"] = TTL_MS[request.method]
+        result["cacheScope"] = cache_scope(principal)
     result["resultType"] = "complete"
     result["_meta"] = {SERVER_INFO_KEY: server_info}
     response = {"jsonrpc": "2.0", "id": request.request_id, "result": result}
-    return json.dumps(response, separators=(",", ":")).encode()
+    try:
+        return orjson.dumps(response)  # a page of a hundred resources: several times json's speed
+    except TypeError:  # an integer beyond 64 bits in some ``_meta``: the standard library writes it
+        return json.dumps(response, separators=(",", ":")).encode()
 
 
 async def plain_answer(
@@ -161,13 +218,32 @@ async def plain_answer(
         if read is None:
             return None
         return read.principal, {"contents": [content_fields(read.content)]}
-    page = await plain_resources_page(catalog, request.cursor, token=token, principal=principal)
-    if page is None:
+    if request.method == LIST:
+        page = await plain_resources_page(catalog, request.cursor, token=token, principal=principal)
+        if page is None:
+            return None
+        result: dict[str, Any] = {"resources": [resource_fields(entry) for entry in page.entries]}
+        if page.next_cursor is not None:
+            result["nextCursor"] = page.next_cursor
+        return page.principal, result
+    completed = await plain_completion(
+        catalog,
+        request.uri,
+        request.argument,
+        request.partial,
+        request.context,
+        token=token,
+        principal=principal,
+    )
+    if completed is None:
         return None
-    result: dict[str, Any] = {"resources": [resource_fields(record) for record in page.records]}
-    if page.next_cursor is not None:
-        result["nextCursor"] = page.next_cursor
-    return page.principal, result
+    completion: dict[str, Any] = {
+        "values": completed.completion.values,
+        "hasMore": completed.completion.has_more,
+    }
+    if completed.completion.total is not None:
+        completion["total"] = completed.completion.total
+    return completed.principal, {"completion": completion}
 
 
 async def answer_plain(

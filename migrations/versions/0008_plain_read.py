@@ -1,4 +1,4 @@
-"""A plain ``resources/read`` in one statement: catalog_plain_read(hash, tenant, scopes, admin, uri).
+"""Plain reads and list pages in one statement each: catalog_plain_read and catalog_visible_page.
 
 The read path cost four to six round trips (the token lookup; BEGIN, the scope, the grants, the
 row, COMMIT). This function does the same work in one statement, as the caller (row-level security
@@ -18,6 +18,14 @@ It decides nothing: the caller applies the visibility rule (``catalog.core.visib
 grants and the row, and takes the full read path for anything that is not a plain visible read
 (no row, a directory, a consent message, a template).
 
+``catalog_visible_page(tenant, everything, lows, highs, tags, uris, after, limit)`` is one page
+of a tenant's resources in URI byte order (the columns a listing entry shows), under the policy with the
+scope set to that tenant for the statement: everything after ``after``, or, for a principal with
+grants, what the grants' URI ranges (``lows``/``highs``), tags and URIs select, one ordered index
+range scan per grant merged (the plan ``Visibility.sparse_page_uris`` describes; the visibility
+rule that turns grants into these arrays stays in Python). Both the SQLAlchemy listing and the
+plain list page use it.
+
 Revision ID: 0008
 Revises: 0007
 Create Date: 2026-12-04 05:40:00.000000
@@ -32,7 +40,10 @@ down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-SIGNATURE = "catalog_plain_read(bytea, bigint, text[], boolean, text)"
+SIGNATURES = (
+    "catalog_plain_read(bytea, bigint, text[], boolean, text)",
+    "catalog_visible_page(bigint, boolean, text[], text[], text[], text[], text, integer)",
+)
 
 UPGRADE_SQL = (
     """
@@ -87,6 +98,62 @@ UPGRADE_SQL = (
     END
     $$
     """,
+    """
+    CREATE FUNCTION catalog_visible_page(
+        p_tenant bigint, p_everything boolean, p_lows text[], p_highs text[], p_tags text[],
+        p_uris text[], p_after text, p_limit integer
+    )
+    RETURNS TABLE (
+        uri text, name text, title text, description text, mime_type text, size bigint,
+        icons jsonb, annotations jsonb, meta jsonb, content_changed_at timestamptz
+    )
+    LANGUAGE plpgsql VOLATILE AS $$
+    DECLARE
+        v_scope text := current_setting('catalog.tenant_id', true);
+    BEGIN
+        PERFORM set_config('catalog.tenant_id', p_tenant::text, true);
+        IF p_everything THEN
+            RETURN QUERY
+                SELECT r.uri, r.name, r.title, r.description, r.mime_type, r.size, r.icons,
+                       r.annotations, r.meta, r.content_changed_at
+                FROM resources AS r
+                WHERE r.tenant_id = p_tenant AND r.uri > p_after
+                ORDER BY r.uri LIMIT p_limit;
+        ELSE
+            RETURN QUERY
+                SELECT r.uri, r.name, r.title, r.description, r.mime_type, r.size, r.icons,
+                       r.annotations, r.meta, r.content_changed_at
+                FROM resources AS r
+                WHERE r.tenant_id = p_tenant AND r.uri IN (
+                    SELECT page.uri FROM (
+                        SELECT scan.uri
+                        FROM unnest(p_lows, p_highs) AS g(low, high)
+                        CROSS JOIN LATERAL (
+                            SELECT s.uri FROM resources AS s
+                            WHERE s.tenant_id = p_tenant AND s.uri >= g.low AND s.uri < g.high
+                              AND s.uri > p_after
+                            ORDER BY s.uri LIMIT p_limit
+                        ) AS scan
+                        UNION
+                        SELECT scan.uri
+                        FROM unnest(p_tags) AS g(tag)
+                        CROSS JOIN LATERAL (
+                            SELECT t.uri FROM resource_tags AS t
+                            WHERE t.tenant_id = p_tenant AND t.tag = g.tag AND t.uri > p_after
+                            ORDER BY t.uri LIMIT p_limit
+                        ) AS scan
+                        UNION
+                        SELECT s.uri FROM resources AS s
+                        WHERE s.tenant_id = p_tenant AND s.uri = ANY(p_uris) AND s.uri > p_after
+                    ) AS page
+                    ORDER BY page.uri LIMIT p_limit
+                )
+                ORDER BY r.uri;
+        END IF;
+        PERFORM set_config('catalog.tenant_id', coalesce(v_scope, ''), true);
+    END
+    $$
+    """,
 )
 
 
@@ -96,4 +163,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute(f"DROP FUNCTION IF EXISTS {SIGNATURE}")
+    for signature in SIGNATURES:
+        op.execute(f"DROP FUNCTION IF EXISTS {signature}")

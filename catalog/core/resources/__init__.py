@@ -1,7 +1,7 @@
 """Resources: the record (:mod:`.record`), the queries (:mod:`.repository`) and the rules
 (:mod:`.service`). Callers import from here."""
 
-from catalog.core.resources.record import METADATA_FIELDS, ResourceRecord, record_from_row
+from catalog.core.resources.record import METADATA_FIELDS, ListingEntry, ResourceRecord, record_from_row
 from catalog.core.resources.repository import (
     LISTING_COLUMNS,
     RESOURCE_SEARCH_TEXT,
@@ -26,6 +26,7 @@ from catalog.core.resources.service import (
     tree_page,
     upsert_many,
     upsert_resource,
+    visible_page,
 )
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "MAX_PAGE",
     "METADATA_FIELDS",
     "RESOURCE_SEARCH_TEXT",
+    "ListingEntry",
     "ListingFilter",
     "ResourceRecord",
     "TreeEntry",
@@ -53,4 +55,5 @@ __all__ = [
     "tree_page",
     "upsert_many",
     "upsert_resource",
+    "visible_page",
 ]

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
@@ -31,11 +32,12 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from catalog.core.resources.record import ResourceRecord, record_from_row
+from catalog.core.resources.record import ListingEntry, ResourceRecord, record_from_row
 from catalog.core.uris import uri_prefix_upper_bound
 from catalog.core.visibility import Visibility
 from catalog.db.bulk import insert_rows
 from catalog.db.models import resource_versions, resources
+from catalog.db.rows import from_row
 
 ROWS_PER_STATEMENT = 1000  # keeps a statement under PostgreSQL's 32767 parameters
 
@@ -294,6 +296,29 @@ def listing_clause(
         else:
             clauses.append(metadata_match(filters.query))
     return and_(*clauses)
+
+
+_VISIBLE_PAGE = "SELECT * FROM catalog_visible_page($1, $2, $3, $4, $5, $6, $7, $8)"
+
+
+async def visible_page_rows(
+    driver: asyncpg.Connection, visibility: Visibility, *, after: str | None, limit: int
+) -> list[ListingEntry]:
+    """:func:`page_rows` without filters as one statement on a raw driver outside any transaction
+    (``catalog_visible_page`` binds the tenant's scope for itself): the plain list path."""
+    lows, highs, tags, uris = visibility.page_selectors()
+    found = await driver.fetch(
+        _VISIBLE_PAGE,
+        visibility.tenant_id,
+        visibility.everything,
+        lows,
+        highs,
+        tags,
+        uris,
+        after or "",
+        limit,
+    )
+    return [from_row(ListingEntry, row) for row in found]
 
 
 async def page_rows(

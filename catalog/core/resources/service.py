@@ -17,7 +17,7 @@ import base64
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -28,14 +28,14 @@ from catalog.core.cursors import decode_cursor, encode_cursor
 from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound, PreconditionFailed, TooLarge
 from catalog.core.principal import Principal
 from catalog.core.resources import repository as rows
-from catalog.core.resources.record import METADATA_FIELDS, ResourceRecord
+from catalog.core.resources.record import METADATA_FIELDS, ListingEntry, ResourceRecord
 from catalog.core.resources.repository import NO_FILTER, ListingFilter
 from catalog.core.schemas import DIRECTORY_MIME_TYPE, ResourceIn, ResourcePatch, column_values
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.core.uris import uri_prefix_upper_bound
 from catalog.core.visibility import Visibility, load_visibility
-from catalog.db.engine import TenantScope, transaction
+from catalog.db.engine import TenantScope, self_scoped_driver, transaction
 
 MAX_PAGE = 1000
 DEFAULT_PAGE = 100
@@ -377,15 +377,7 @@ async def list_page(
     A search (``filters.query``) is ranked in two tiers, each a keyset scan in URI order: first the
     resources whose uri, name, title or description contain the query, then those that match only
     by their text (every word of the query in it). The cursor names the tier and the last URI."""
-    after: str | None = None
-    if cursor:
-        position = decode_cursor(
-            catalog.signing_key,
-            cursor,
-            listing=f"{listing}:{filters.key}",
-            fingerprint=visibility.fingerprint,
-        )
-        after = str(position.after)
+    after = page_start(catalog, visibility, listing=listing, cursor=cursor, filters=filters)
     if visibility.nothing:
         return [], None
     if filters.query:
@@ -393,11 +385,58 @@ async def list_page(
             catalog, conn, visibility, listing=listing, after=after, limit=limit, filters=filters
         )
     records = await rows.page_rows(conn, visibility, after=after, limit=limit + 1, filters=filters)
-    next_cursor = None
-    if len(records) > limit:
-        records = records[:limit]
-        next_cursor = cursor_after(catalog, visibility, records[-1].uri, listing=listing, filters=filters)
-    return records, next_cursor
+    return page_of(catalog, visibility, records, listing=listing, limit=limit, filters=filters)
+
+
+Entry = TypeVar("Entry", ResourceRecord, ListingEntry)
+
+
+async def visible_page(
+    catalog: Catalog, visibility: Visibility, *, listing: str, cursor: str | None, limit: int = DEFAULT_PAGE
+) -> tuple[list[ListingEntry], str | None]:
+    """:func:`list_page` without filters as one statement outside any transaction
+    (``repository.visible_page_rows``): the same page and cursor."""
+    after = page_start(catalog, visibility, listing=listing, cursor=cursor)
+    if visibility.nothing:
+        return [], None
+    async with self_scoped_driver(catalog.engine) as driver:
+        records = await rows.visible_page_rows(driver, visibility, after=after, limit=limit + 1)
+    return page_of(catalog, visibility, records, listing=listing, limit=limit)
+
+
+def page_start(
+    catalog: Catalog,
+    visibility: Visibility,
+    *,
+    listing: str,
+    cursor: str | None,
+    filters: ListingFilter = NO_FILTER,
+) -> str | None:
+    """Where a page of this listing starts for this caller: after the position its cursor names
+    (``InvalidCursor`` for one damaged, forged or minted for another listing or standing)."""
+    if not cursor:
+        return None
+    position = decode_cursor(
+        catalog.signing_key, cursor, listing=f"{listing}:{filters.key}", fingerprint=visibility.fingerprint
+    )
+    return str(position.after)
+
+
+def page_of(
+    catalog: Catalog,
+    visibility: Visibility,
+    records: list[Entry],
+    *,
+    listing: str,
+    limit: int,
+    filters: ListingFilter = NO_FILTER,
+) -> tuple[list[Entry], str | None]:
+    """A page from up to ``limit + 1`` records: the first ``limit``, and the cursor after them when
+    there was one more."""
+    if len(records) <= limit:
+        return records, None
+    records = records[:limit]
+    return records, cursor_after(catalog, visibility, records[-1].uri, listing=listing, filters=filters)
 
 
 _METADATA_TIER, _TEXT_TIER = "m", "t"
