@@ -115,7 +115,13 @@ class BatchingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 def logging_config(log_format: LogFormat | None = None) -> dict[str, Any]:
-    """uvicorn's ``log_config``: everything to stdout in one format; uvicorn's access log silent."""
+    """uvicorn's ``log_config``: everything to stdout in one format; uvicorn's access log silent.
+
+    No line names its thread or process, so records skip looking them up (the logging module's
+    documented optimisation: a record is made per request)."""
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     formatter = JsonFormatter if (log_format or default_format()) == "json" else TextFormatter
     handler = {
         "class": f"{BatchingStreamHandler.__module__}.{BatchingStreamHandler.__qualname__}",

@@ -11,6 +11,7 @@ The request id is the client's ``X-Request-Id`` when it is a sane token (letters
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import time
@@ -29,6 +30,21 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 UNMATCHED = "unmatched"
 
 
+# A request id made here: this process's random prefix and a counter (unique without a system call
+# per request; a worker's prefix differs from every other process's, forked or spawned).
+_PROCESS_PREFIX = os.urandom(8).hex()
+_REQUEST_COUNTER = itertools.count(1)
+
+
+def _new_process_prefix() -> None:
+    global _PROCESS_PREFIX, _REQUEST_COUNTER
+    _PROCESS_PREFIX = os.urandom(8).hex()
+    _REQUEST_COUNTER = itertools.count(1)
+
+
+os.register_at_fork(after_in_child=_new_process_prefix)
+
+
 def request_id_of(scope: Scope) -> str:
     for name, value in scope.get("headers", ()):
         if name == REQUEST_ID_HEADER:
@@ -36,7 +52,7 @@ def request_id_of(scope: Scope) -> str:
             if _REQUEST_ID.fullmatch(text):
                 return text
             break
-    return os.urandom(16).hex()
+    return f"{_PROCESS_PREFIX}{next(_REQUEST_COUNTER):016x}"
 
 
 class RouteTemplates:
