@@ -328,3 +328,14 @@ async def test_completion_refusals_are_the_sdks(srv: Served) -> None:
     assert plain_completions() == before
     for response in (unknown, foreign, prompt, wrong_argument):
         assert response.json()["error"]["code"] == -32602, response.text
+
+
+@asynchronous
+async def test_trace_context_in_the_envelope_does_not_keep_a_read_off_the_plain_path(srv: Served) -> None:
+    """A client with OpenTelemetry sends ``traceparent`` in ``_meta`` (spec 1.1); with catalog's
+    tracing off nothing would record it, so the read is still plain (and still the SDK's answer)."""
+    meta = {**envelope(), "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    before = plain_reads()
+    traced = raw(srv, "resources/read", {"uri": README, "_meta": meta})
+    assert plain_reads() - before == 1
+    assert traced.json() == read(srv, README, through_sdk=True).json()

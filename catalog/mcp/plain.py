@@ -10,7 +10,7 @@ the database's share is a tenth of that. Here a request that is *plainly* valid 
    ``resources/read`` (only ``uri``), ``resources/list`` (at most a ``cursor``) or
    ``completion/complete`` (a resource template's argument, string values only) whose envelope,
    version, method and name pass the SDK's own ladder (``classify_inbound_request``), no progress
-   token, trace context or other envelope key.
+   token or other envelope key the SDK would act on.
 2. The core authenticates and loads the grants in one statement (for a read, the row too) and
    applies the one visibility rule (``read_plain``, ``plain_resources_page``, ``plain_completion``).
 3. The answer is the SDK's wire shape for that result (the handlers' fields, cache hints,
@@ -60,12 +60,17 @@ PARAMS = {
 }
 # The handlers' cache hints (``catalog.mcp.server``): completion has none.
 TTL_MS = {READ: READ_TTL_MS, LIST: LIST_TTL_MS}
+# The envelope keys a plain request may carry. Trace context (W3C, spec 1.1) is among them: this
+# path runs only while catalog's tracing is off, when the SDK would record nothing of it either.
 ENVELOPE_KEYS = frozenset(
     {
         "io.modelcontextprotocol/protocolVersion",
         "io.modelcontextprotocol/clientCapabilities",
         "io.modelcontextprotocol/clientInfo",
         "io.modelcontextprotocol/logLevel",
+        "traceparent",
+        "tracestate",
+        "baggage",
     }
 )
 SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
@@ -129,7 +134,7 @@ def plain_request(scope: Scope, body: bytes) -> PlainRequest | None:
         return None
     envelope = params["_meta"]
     if not isinstance(envelope, dict) or not envelope.keys() <= ENVELOPE_KEYS:
-        return None  # a progress token, trace context or anything else: the SDK's to interpret
+        return None  # a progress token or anything else: the SDK's to interpret
     if not isinstance(classify_inbound_request(message, headers=dict(headers)), InboundModernRoute):
         return None
     if method == READ:
