@@ -101,10 +101,17 @@ def database(settings: Settings, *, migrate_embedded: bool = True) -> Iterator[s
     url = embedded.start()
     try:
         if migrate_embedded:
-            migrations.upgrade(url)
+            upgrade_unless_at_head(url)
         yield url
     finally:
         embedded.release()
+
+
+def upgrade_unless_at_head(url: str) -> None:
+    """Migrate to head; a database already there (every start but the first) costs one query and
+    no alembic (whose upgrade would find nothing to do)."""
+    if asyncio.run(migrations.current_revision(url)) != schema_head():
+        migrations.upgrade(url)
 
 
 def check_reachable(url: str) -> None:
@@ -118,7 +125,7 @@ def check_reachable(url: str) -> None:
 
 def require_head(url: str) -> None:
     current = asyncio.run(migrations.current_revision(url))
-    head = migrations.head_revision()
+    head = schema_head()
     if current != head:
         raise ConfigError(
             f"the database schema is at {current or 'an empty schema'}, not at head {head}:"

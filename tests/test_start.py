@@ -1,0 +1,78 @@
+"""Start-up: what ``catalog serve`` (and every command) imports, and when (issue 13 item 6).
+
+A warm ``catalog serve`` is mostly Python imports, so what is deferred is pinned here: the schema's
+revision and the scripts' head are read without alembic.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from catalog.db import migrate
+
+
+def imported_by(code: str) -> set[str]:
+    """The top-level packages a fresh interpreter has imported after running ``code``."""
+    shown = "import sys; print(' '.join(sorted({name.split('.')[0] for name in sys.modules})))"
+    done = subprocess.run(
+        [sys.executable, "-c", f"{code}\n{shown}"], capture_output=True, text=True, check=True, timeout=60
+    )
+    return set(done.stdout.split())
+
+
+def test_the_scripts_head_is_read_without_alembic_and_is_alembics() -> None:
+    assert migrate.linear_head(migrate.scripts_location() / "versions") == migrate.alembic_head()
+    assert migrate.head_revision() == migrate.alembic_head()
+    loaded = imported_by("from catalog.db import migrate; print(migrate.head_revision())")
+    assert "alembic" not in loaded
+
+
+def write_script(versions: Path, name: str, body: str) -> None:
+    versions.mkdir(exist_ok=True)
+    (versions / f"{name}.py").write_text(f'"""{name}"""\n\nfrom alembic import op\n\n{body}\n')
+
+
+@pytest.mark.parametrize(
+    ("scripts", "head"),
+    [
+        ({"a": 'revision = "a"\ndown_revision = None', "b": 'revision: str = "b"\ndown_revision = "a"'}, "b"),
+        # Anything but one straight line is alembic's to answer (or refuse).
+        ({"a": 'revision = "a"\ndown_revision = None', "b": 'revision = "b"\ndown_revision = None'}, None),
+        (
+            {
+                "a": 'revision = "a"\ndown_revision = None',
+                "b": 'revision = "b"\ndown_revision = "a"',
+                "c": 'revision = "c"\ndown_revision = "a"',
+            },
+            None,
+        ),
+        (
+            {"a": 'revision = "a"\ndown_revision = None', "m": 'revision = "m"\ndown_revision = ("a", "x")'},
+            None,
+        ),
+        ({"a": 'revision = "a"\ndown_revision = None\nbranch_labels = ("x",)'}, None),
+        ({"a": 'revision = "a"\ndown_revision = None\ndepends_on = "z"'}, None),
+        ({"a": 'revision = "a"\ndown_revision = None', "b": 'revision = "b"\ndown_revision = "gone"'}, None),
+        ({"a": "revision = make()\ndown_revision = None"}, None),
+        ({"a": 'revision = "a"\ndown_revision = None', "b": 'revision = "b"\ndown_revision = "b"'}, None),
+        ({}, None),
+    ],
+)
+def test_only_a_straight_line_of_scripts_has_a_head_read_without_alembic(
+    tmp_path: Path, scripts: dict[str, str], head: str | None
+) -> None:
+    (tmp_path / "versions").mkdir()
+    for name, body in scripts.items():
+        write_script(tmp_path / "versions", name, body)
+    assert migrate.linear_head(tmp_path / "versions") == head
+
+
+async def test_the_current_revision_is_read_without_alembic(
+    empty_database_url: str, database_url: str
+) -> None:
+    assert await migrate.current_revision(empty_database_url) is None
+    assert await migrate.current_revision(database_url) == migrate.head_revision()
