@@ -1,17 +1,21 @@
 """Start-up: what ``catalog serve`` (and every command) imports, and when (issue 13 item 6).
 
 A warm ``catalog serve`` is mostly Python imports, so what is deferred is pinned here: the schema's
-revision and the scripts' head are read without alembic.
+revision and the scripts' head are read without alembic, and the embedded PostgreSQL starts while
+the app is imported.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from catalog.bootstrap import _alongside
 from catalog.db import migrate
 
 
@@ -76,3 +80,36 @@ async def test_the_current_revision_is_read_without_alembic(
 ) -> None:
     assert await migrate.current_revision(empty_database_url) is None
     assert await migrate.current_revision(database_url) == migrate.head_revision()
+
+
+def test_the_database_starts_alongside_and_an_interrupted_start_up_still_waits_for_it() -> None:
+    started = threading.Event()
+    order: list[str] = []
+
+    def start() -> str:
+        started.wait(10)
+        time.sleep(0.05)
+        order.append("database")
+        return "url"
+
+    def meanwhile() -> None:
+        started.set()  # runs while the start is under way, in this thread
+        order.append("imports")
+
+    assert _alongside(start, meanwhile) == "url" and order == ["imports", "database"]
+
+    order.clear()
+
+    def interrupted() -> None:
+        started.set()
+        raise SystemExit(143)  # SIGTERM while the app is imported
+
+    with pytest.raises(SystemExit):
+        _alongside(start, interrupted)
+    assert order == ["database"]  # finished first, so the caller can release what it started
+
+    def failed() -> str:
+        raise RuntimeError("initdb failed")
+
+    with pytest.raises(RuntimeError, match="initdb failed"):
+        _alongside(failed, lambda: None)
