@@ -1,12 +1,13 @@
 """Start-up: what ``catalog serve`` (and every command) imports, and when (issue 13 item 6).
 
 A warm ``catalog serve`` is mostly Python imports, so what is deferred is pinned here: the schema's
-revision and the scripts' head are read without alembic, and the embedded PostgreSQL starts while
-the app is imported.
+revision and the scripts' head are read without alembic, the embedded PostgreSQL starts while the
+app is imported, and the cyclic collector stays out of the way until the server has started.
 """
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from catalog import runtime
 from catalog.bootstrap import _alongside
 from catalog.db import migrate
 
@@ -113,3 +115,24 @@ def test_the_database_starts_alongside_and_an_interrupted_start_up_still_waits_f
 
     with pytest.raises(RuntimeError, match="initdb failed"):
         _alongside(failed, lambda: None)
+
+
+def test_the_collector_is_paused_until_the_server_has_settled_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "_settled", True)  # this test process keeps its own heap unfrozen
+    assert gc.isenabled()
+    with runtime.collector_paused():
+        assert not gc.isenabled()
+        runtime.settle_garbage_collector()
+        assert gc.isenabled()
+    assert gc.isenabled()
+    with runtime.collector_paused():  # a start-up that failed before the server started
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with runtime.collector_paused():  # off already: left off
+            runtime.settle_garbage_collector()
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -21,6 +21,7 @@ import signal
 import socket
 
 from catalog.cli.common import Commands
+from catalog.runtime import collector_paused
 from catalog.settings import ConfigError, Settings, get_settings
 
 
@@ -61,6 +62,11 @@ def _after_uvicorn(signum: int, frame: object) -> None:
 def serve_command(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
+    with collector_paused():  # until the server has started (catalog.serving settles it)
+        return _serve(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
     from catalog.bootstrap import database, require_head
 
     settings = get_settings()
