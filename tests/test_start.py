@@ -1,8 +1,9 @@
 """Start-up: what ``catalog serve`` (and every command) imports, and when (issue 13 item 6).
 
-A warm ``catalog serve`` is mostly Python imports, so what is deferred is pinned here: the schema's
-revision and the scripts' head are read without alembic, the embedded PostgreSQL starts while the
-app is imported, and the cyclic collector stays out of the way until the server has started.
+A warm ``catalog serve`` is mostly Python imports, so what is deferred is pinned here: the core and
+the CLI never import the MCP SDK or alembic, the schema's revision and the scripts' head are read
+without alembic, the embedded PostgreSQL starts while the app is imported, and the cyclic collector
+stays out of the way until the server has started.
 """
 
 from __future__ import annotations
@@ -28,6 +29,30 @@ def imported_by(code: str) -> set[str]:
         [sys.executable, "-c", f"{code}\n{shown}"], capture_output=True, text=True, check=True, timeout=60
     )
     return set(done.stdout.split())
+
+
+def test_the_core_and_the_cli_never_import_the_mcp_sdk_or_alembic() -> None:
+    """Any ``mcp.*`` import runs the SDK's ``__init__`` (client and server): a command that parses
+    no template, and ``catalog --help``, must not pay for it; alembic only when a schema moves."""
+    loaded = imported_by(
+        "import catalog.core.service, catalog.bootstrap, catalog.cli, catalog.auth, catalog.events\n"
+        "from catalog.cli import build_parser; build_parser()"
+    )
+    assert "catalog" in loaded
+    assert not loaded & {"mcp", "mcp_types", "alembic", "fastapi"}
+
+
+def test_catalog_help_does_not_import_sqlalchemy() -> None:
+    loaded = imported_by("from catalog.cli import build_parser; build_parser().format_help()")
+    assert "sqlalchemy" not in loaded and "pydantic_settings" in loaded
+
+
+def test_parsing_a_template_imports_the_sdk_it_parses_with() -> None:
+    loaded = imported_by(
+        "from catalog.core.uri_templates import parse_template\n"
+        "assert parse_template('test://x/{id}').match('test://x/7') == {'id': '7'}"
+    )
+    assert "mcp" in loaded
 
 
 def test_the_scripts_head_is_read_without_alembic_and_is_alembics() -> None:
