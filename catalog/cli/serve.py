@@ -62,6 +62,8 @@ def _after_uvicorn(signum: int, frame: object) -> None:
 def serve_command(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
+    if args.workers > 1:  # this process supervises: the workers pause their own collectors
+        return _serve(args)
     with collector_paused():  # until the server has started (catalog.serving settles it)
         return _serve(args)
 
