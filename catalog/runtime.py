@@ -52,6 +52,22 @@ def collector_paused() -> Iterator[None]:
         gc.enable()
 
 
+def freeze_start_up_imports() -> None:
+    """Freeze the modules a paused start-up has imported, as they are, before it goes on.
+
+    Modules are never unloaded: the collection :func:`settle_garbage_collector` makes would walk the
+    ~170,000 objects the imports made to find the ~1,000 (about 0.45 MB) that importing leaves
+    unreachable -- the same in every Python process: modules that replace their own pure-Python
+    classes (``datetime``), enums converted in ``socket``, ``ssl`` and ``signal``, pydantic's
+    scratch classes. They are frozen with the rest instead, and the settling collection walks only
+    what start-up made after the imports (the database's start, the app, its engine), which it
+    still collects. Only while :func:`collector_paused` holds (no collection has run since the
+    process started); otherwise nothing.
+    """
+    if _paused_by_start_up and not _settled:
+        gc.freeze()
+
+
 GC_YOUNG_THRESHOLD = 10_000
 _settled = False
 _paused_by_start_up = False

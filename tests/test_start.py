@@ -161,3 +161,18 @@ def test_the_collector_is_paused_until_the_server_has_settled_it(monkeypatch: py
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_paused_start_up_freezes_its_imports_as_they_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settling collection then walks only what start-up made after the imports."""
+    monkeypatch.setattr(runtime, "_settled", False)  # as in a fresh process
+    freezes: list[int] = []
+    monkeypatch.setattr(gc, "freeze", lambda: freezes.append(1))
+    runtime.freeze_start_up_imports()  # the collector was never paused: not for us to freeze
+    assert freezes == []
+    with runtime.collector_paused():
+        runtime.freeze_start_up_imports()
+        assert freezes == [1]
+        monkeypatch.setattr(runtime, "_settled", True)  # once settled, never again
+        runtime.freeze_start_up_imports()
+        assert freezes == [1]

@@ -100,13 +100,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _import_app() -> None:
-    """What serving one worker imports first (uvicorn, ``catalog.serving.APP_FACTORY`` and the
-    surfaces ``create_app`` mounts), imported now instead."""
-    import catalog.admin.endpoints
-    import catalog.app
-    import catalog.console
-    import catalog.mcp.endpoint
-    import catalog.serving  # noqa: F401
+    from catalog.serving import import_app
+
+    import_app()
 
 
 def _worker_settings(url: str, *, demo: bool) -> Settings:
