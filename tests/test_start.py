@@ -42,6 +42,12 @@ def test_the_core_and_the_cli_never_import_the_mcp_sdk_or_alembic() -> None:
     assert not loaded & {"mcp", "mcp_types", "alembic", "fastapi"}
 
 
+def test_the_app_imports_pyjwt_only_to_verify_a_jwt() -> None:
+    """No OAuth configured, no JWT ever verified: PyJWT and its cryptography are not loaded."""
+    loaded = imported_by("from catalog.serving import import_app; import_app()")
+    assert "mcp" in loaded and "jwt" not in loaded
+
+
 def test_catalog_help_does_not_import_sqlalchemy() -> None:
     loaded = imported_by("from catalog.cli import build_parser; build_parser().format_help()")
     assert "sqlalchemy" not in loaded and "pydantic_settings" in loaded
