@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Iterator
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import URL, make_url
@@ -90,21 +92,74 @@ async def database_checks(catalog: Catalog) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def database(settings: Settings, *, migrate_embedded: bool = True) -> Iterator[str]:
-    """The database URL to use: the configured server, or the embedded one started for the duration."""
+def database(
+    settings: Settings, *, migrate_embedded: bool = True, meanwhile: Callable[[], object] | None = None
+) -> Iterator[str]:
+    """The database URL to use: the configured server, or the embedded one started for the duration.
+
+    ``meanwhile`` runs in this thread while the embedded server starts in another (``serve`` imports
+    the app then: the server's start is other processes' work, initdb and pg_ctl, which the imports
+    need not wait for); the embedded database is then migrated, here, once both are done. With a
+    configured server it runs once the server is found reachable.
+    """
     if settings.database_url is not None:
         url = settings.async_database_url().render_as_string(hide_password=False)
         check_reachable(url)
+        if meanwhile is not None:
+            meanwhile()
         yield url
         return
     embedded = EmbeddedPostgres(settings.ensure_home())
-    url = embedded.start()
     try:
+        url = _alongside(embedded.start, meanwhile) if meanwhile is not None else embedded.start()
         if migrate_embedded:
-            migrations.upgrade(url)
+            upgrade_unless_at_head(url)
         yield url
     finally:
-        embedded.release()
+        embedded.release()  # nothing to let go of unless it started
+
+
+def _alongside(work: Callable[[], str], meanwhile: Callable[[], object]) -> str:
+    """``work()`` in a thread of its own while ``meanwhile()`` runs in this one; ``work``'s result.
+
+    Whatever stops this thread (an exception from ``meanwhile``, SIGTERM's SystemExit, Ctrl-C) waits
+    for ``work`` to finish first, so what it started is never left behind unreleased.
+    """
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = work()
+        except BaseException as exc:  # handed to the calling thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name="catalog-database-start", daemon=True)
+    thread.start()
+    try:
+        meanwhile()
+    finally:
+        _join(thread)
+    if "error" in outcome:
+        raise outcome["error"]
+    return str(outcome["result"])
+
+
+def _join(thread: threading.Thread) -> None:
+    interrupted: BaseException | None = None
+    while thread.is_alive():
+        try:
+            thread.join()
+        except (SystemExit, KeyboardInterrupt) as exc:  # a signal while waiting: still wait
+            interrupted = exc
+    if interrupted is not None:
+        raise interrupted
+
+
+def upgrade_unless_at_head(url: str) -> None:
+    """Migrate to head; a database already there (every start but the first) costs one query and
+    no alembic (whose upgrade would find nothing to do)."""
+    if asyncio.run(migrations.current_revision(url)) != schema_head():
+        migrations.upgrade(url)
 
 
 def check_reachable(url: str) -> None:
@@ -118,7 +173,7 @@ def check_reachable(url: str) -> None:
 
 def require_head(url: str) -> None:
     current = asyncio.run(migrations.current_revision(url))
-    head = migrations.head_revision()
+    head = schema_head()
     if current != head:
         raise ConfigError(
             f"the database schema is at {current or 'an empty schema'}, not at head {head}:"

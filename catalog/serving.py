@@ -10,7 +10,9 @@ The serve entry owns everything process-wide (the app factory owns none of it):
   connections, then runs the lifespan shutdown. Streams never end on their own, so the server first
   calls :func:`catalog.runtime.begin_shutdown`: the app's one shutdown signal, which the event hub
   and the MCP endpoint await to end their streams (each listen with its graceful result).
-* **The garbage collector** is settled once the server has started (:func:`settle_garbage_collector`).
+* **The garbage collector** is paused while a serving process starts (:func:`collector_paused`:
+  start-up is imports), the imports are frozen as they are (:func:`import_app`), and the rest is
+  settled once the server has started (:func:`settle_garbage_collector`).
 * **Workers** (``--workers N``, :class:`Supervisor`): N spawned processes share the socket; each
   follows its supervisor (``PR_SET_PDEATHSIG``: a supervisor killed outright takes its workers with
   it), a worker that dies is replaced, and SIGTERM/SIGINT stop them all gracefully.
@@ -37,7 +39,12 @@ import uvicorn
 
 from catalog.observability import metrics
 from catalog.observability.logs import logging_config
-from catalog.runtime import begin_shutdown, settle_garbage_collector
+from catalog.runtime import (
+    begin_shutdown,
+    collector_paused,
+    freeze_start_up_imports,
+    settle_garbage_collector,
+)
 from catalog.settings import get_settings
 
 logger = logging.getLogger("catalog.serving")
@@ -84,11 +91,27 @@ def serve(sock: socket.socket, workers: int) -> None:
         CatalogServer(config).run(sockets=[sock])
 
 
+def import_app() -> None:
+    """Import what serving imports first -- the app factory's module (``APP_FACTORY``) and the
+    surfaces ``create_app`` mounts -- and freeze it (:func:`catalog.runtime.freeze_start_up_imports`).
+
+    ``catalog serve`` calls it while the embedded PostgreSQL starts, a worker before it serves;
+    uvicorn then finds the module imported.
+    """
+    import catalog.admin.endpoints
+    import catalog.app
+    import catalog.console
+    import catalog.mcp.endpoint  # noqa: F401
+
+    freeze_start_up_imports()
+
+
 def _worker_main(config: uvicorn.Config, sock: socket.socket) -> None:
     """A worker process: follow the supervisor, then serve (spawned, so nothing is inherited)."""
     follow_supervisor()
     config.configure_logging()
-    with contextlib.suppress(KeyboardInterrupt):
+    with contextlib.suppress(KeyboardInterrupt), collector_paused():  # until the server has started
+        import_app()
         CatalogServer(config).run(sockets=[sock])
 
 

@@ -10,13 +10,15 @@ import os
 import secrets
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import platformdirs
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+
+if TYPE_CHECKING:
+    # SQLAlchemy is imported where a URL is read: `catalog --help` reads none.
+    from sqlalchemy.engine import URL
 
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
 LOOPBACK_ORIGINS = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
@@ -101,6 +103,9 @@ class Settings(BaseSettings):
     def _database_url(cls, value: str | None) -> str | None:
         if value is None or value == "":
             return None
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
         try:
             url = make_url(value)
         except ArgumentError as exc:
@@ -125,6 +130,8 @@ class Settings(BaseSettings):
 
     def async_database_url(self) -> URL:
         """The configured URL with the asyncpg driver, whatever driver the operator wrote."""
+        from sqlalchemy.engine import make_url
+
         assert self.database_url is not None
         return make_url(self.database_url).set(drivername="postgresql+asyncpg")
 
@@ -139,6 +146,8 @@ class Settings(BaseSettings):
         a server connection that the pooler hands to other clients, and notifications would be
         lost without an error."""
         if self.listen_database_url is not None:
+            from sqlalchemy.engine import make_url
+
             return make_url(self.listen_database_url)
         if self.behind_pooler:
             raise ConfigError(

@@ -15,15 +15,17 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-import jwt
-from jwt import PyJWK, PyJWKSet
+from typing import TYPE_CHECKING, Any
 
 from catalog.auth.challenges import canonical_url
 from catalog.core.errors import Unauthenticated
 from catalog.core.principal import Principal
 from catalog.core.service import Catalog
+
+if TYPE_CHECKING:
+    # PyJWT (and the parts of cryptography it loads, 0.03 s) is imported when a JWT is first
+    # verified: a server that never sees one (no OAuth configured) never needs it.
+    from jwt import PyJWK
 
 # Each accepted algorithm and the JWK key type (``kty``) it verifies with. A token names its own
 # algorithm; the key it names by ``kid`` must be of that family, else PyJWT is handed a key its
@@ -101,6 +103,8 @@ class JwksSource:
                     self._loaded_at = time.monotonic()
                     return
                 self._mtime = mtime
+            from jwt import PyJWKSet
+
             keys = PyJWKSet.from_dict(document).keys
             self._keys = {key.key_id or f"#{index}": key for index, key in enumerate(keys)}
             # The ``alg`` each key names, if any (PyJWK fills in a default when it names none).
@@ -135,6 +139,8 @@ class JwtVerifier:
     leeway_seconds: int = 30
 
     async def claims(self, token: str) -> dict[str, Any]:
+        import jwt
+
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:

@@ -5,7 +5,9 @@ the collector, the workers and how they stop) is ``catalog.serving``'s:
 
 1. bind the port first -- a port in use is one clear line before anything else starts;
 2. the database: the configured one (refused unless at head) or the embedded one, started and
-   migrated for the duration; its URL is handed to the workers through the environment;
+   migrated for the duration; its URL is handed to the workers through the environment. With one
+   worker the app is imported meanwhile, while the embedded server starts (its processes, not this
+   one's: a warm start is mostly imports, so the two overlap);
 3. ``--demo`` seeding, secrets created once (not raced by the workers), the banner;
 4. ``catalog.serving.serve`` on the bound socket (the socket object, never its descriptor).
 """
@@ -19,6 +21,7 @@ import signal
 import socket
 
 from catalog.cli.common import Commands
+from catalog.runtime import collector_paused
 from catalog.settings import ConfigError, Settings, get_settings
 
 
@@ -59,6 +62,13 @@ def _after_uvicorn(signum: int, frame: object) -> None:
 def serve_command(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
+    if args.workers > 1:  # this process supervises: the workers pause their own collectors
+        return _serve(args)
+    with collector_paused():  # until the server has started (catalog.serving settles it)
+        return _serve(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
     from catalog.bootstrap import database, require_head
 
     settings = get_settings()
@@ -69,7 +79,10 @@ def serve_command(args: argparse.Namespace) -> int:
     # Until uvicorn runs, SIGTERM unwinds through the finally blocks (which stop the embedded
     # PostgreSQL) instead of killing the process mid-way.
     signal.signal(signal.SIGTERM, _raise_exit)
-    with database(settings) as url:
+    # One worker serves in this process: its app is imported while the embedded PostgreSQL starts.
+    # Several are spawned processes that import it themselves, so this one would do it for nothing.
+    meanwhile = _import_app if args.workers == 1 else None
+    with database(settings, meanwhile=meanwhile) as url:
         if settings.database_url is not None:
             require_head(url)
         settings = _worker_settings(url, demo=args.demo)
@@ -84,6 +97,12 @@ def serve_command(args: argparse.Namespace) -> int:
 
         serve(sock, args.workers)  # the socket object, never its descriptor: see catalog.serving
     return 0
+
+
+def _import_app() -> None:
+    from catalog.serving import import_app
+
+    import_app()
 
 
 def _worker_settings(url: str, *, demo: bool) -> Settings:

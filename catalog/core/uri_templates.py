@@ -47,9 +47,7 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Final, Literal
-
-from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
+from typing import TYPE_CHECKING, Final, Literal
 
 from catalog.core.uris import (
     MAX_URI_BYTES,
@@ -59,6 +57,11 @@ from catalog.core.uris import (
     uri_prefix_upper_bound,
     validate_uri_prefix,
 )
+
+if TYPE_CHECKING:
+    # Imported where a template is parsed: any ``mcp.*`` import runs the SDK's ``__init__`` (its
+    # client and server, 0.4-0.8 s), which a command that never parses a template must not pay for.
+    from mcp.shared.uri_template import UriTemplate
 
 __all__ = [
     "MAX_TEMPLATE_BYTES",
@@ -142,6 +145,8 @@ def _parse_template(raw: str) -> ParsedTemplate:
         check_uri_characters(raw)
     except InvalidUri as exc:
         raise InvalidTemplate(exc.reason, raw) from None
+    from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
+
     try:
         parsed = UriTemplate.parse(raw, max_length=MAX_TEMPLATE_BYTES)
     except InvalidUriTemplate as exc:
@@ -391,6 +396,8 @@ def completion_candidates(
 
 
 def _expanded_prefix(parsed: ParsedTemplate, argument: str, partial: str, context: Mapping[str, str]) -> str:
+    from mcp.shared.uri_template import UriTemplate
+
     raw = parsed.template
     out = [parsed.literal_prefix]
     spans = _expressions(raw)
