@@ -293,7 +293,12 @@ async def self_scoped_driver(engine: AsyncEngine) -> AsyncIterator[asyncpg.Conne
     """
     async with _pooled_connection(engine) as conn:
         try:
-            yield (await conn.get_raw_connection()).driver_connection
+            sync = conn.sync_connection
+            if sync is not None and not sync.closed and not sync.invalidated:
+                raw = sync.connection  # checked out and valid: no I/O, so no greenlet to spawn
+            else:
+                raw = await conn.get_raw_connection()
+            yield raw.driver_connection
         except BaseException:
             # After a failed or cancelled statement the driver's protocol state is unknown (one
             # caught mid-operation refuses the next statement with InternalClientError): the

@@ -103,7 +103,8 @@ class BatchingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         if self._flusher is None:
             self._flusher = threading.Thread(target=self._flush_soon, name="catalog-log-flush", daemon=True)
             self._flusher.start()
-        self._pending.set()
+        if not self._pending.is_set():  # set() takes the event's lock: once per flush, not per line
+            self._pending.set()
 
     def _flush_soon(self) -> None:
         while True:
@@ -117,8 +118,9 @@ class BatchingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
 def logging_config(log_format: LogFormat | None = None) -> dict[str, Any]:
     """uvicorn's ``log_config``: everything to stdout in one format; uvicorn's access log silent.
 
-    No line names its thread or process, so records skip looking them up (the logging module's
-    documented optimisation: a record is made per request)."""
+    No line names its thread, process or source line, so records skip looking them up (the logging
+    module's documented optimisations: a record is made per request)."""
+    logging._srcfile = None  # no stack walk to find the caller of each log call
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
