@@ -56,7 +56,9 @@ from catalog.db.models import resources, templates
 
 MAX_VALUES = 100
 MAX_SCANNED_ROWS = 20_000
-MAX_GROUPS = 250  # jumps of one loose index scan (distinct first-segment values), about 2.5 pages of rows
+# Jumps of one loose index scan (distinct first-segment values): one more than a completion shows,
+# which is all it takes to know there are more (``total`` is then omitted).
+MAX_GROUPS = MAX_VALUES + 1
 _BATCH = 1000
 # Characters simple ``{name}`` expansion always percent-encodes, so a value never contains them.
 _RESERVED = set(":/?#[]@!$&'()*+,;=")

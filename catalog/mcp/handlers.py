@@ -65,7 +65,7 @@ def _present(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not None}
 
 
-def resource_fields(record: ResourceRecord | ListingEntry) -> dict[str, Any]:
+def resource_fields(record: ListingEntry) -> dict[str, Any]:
     """A resource as a ``resources/list`` entry on the wire (what :func:`to_resource` validates;
     the plain list path sends it as it is)."""
     return _present(

@@ -21,9 +21,9 @@ grants and the row, and takes the full read path for anything that is not a plai
 ``catalog_visible_page(tenant, everything, lows, highs, tags, uris, after, limit)`` is one page
 of a tenant's resources in URI byte order (the columns a listing entry shows), under the policy with the
 scope set to that tenant for the statement: everything after ``after``, or, for a principal with
-grants, what the grants' URI ranges (``lows``/``highs``), tags and URIs select, one ordered index
-range scan per grant merged (the plan ``Visibility.sparse_page_uris`` describes; the visibility
-rule that turns grants into these arrays stays in Python). Both the SQLAlchemy listing and the
+grants, what the grants' URI ranges (``lows``/``highs``, disjoint), tags and URIs select, ordered
+index range scans merged (the plan ``Visibility.sparse_page_uris`` describes; the visibility rule
+that turns grants into these arrays stays in Python). Both the SQLAlchemy listing and the
 plain list page use it.
 
 Revision ID: 0008
@@ -110,6 +110,10 @@ UPGRADE_SQL = (
     LANGUAGE plpgsql VOLATILE AS $$
     DECLARE
         v_scope text := current_setting('catalog.tenant_id', true);
+        v_uris text[] := '{}';
+        v_low text;
+        v_high text;
+        v_last text;
     BEGIN
         PERFORM set_config('catalog.tenant_id', p_tenant::text, true);
         IF p_everything THEN
@@ -120,33 +124,48 @@ UPGRADE_SQL = (
                 WHERE r.tenant_id = p_tenant AND r.uri > p_after
                 ORDER BY r.uri LIMIT p_limit;
         ELSE
+            -- The grants' prefix ranges are disjoint (a prefix inside another grant's is dropped
+            -- by Visibility): read in order of their start, the first ones that fill a page hold
+            -- its smallest URIs, so the rest are never read; tags and URIs are then read only up to
+            -- that page's last URI. (2,525 index entries for a first page of 20 prefix and 5 tag
+            -- grants before, about 200 now.)
+            FOR v_low, v_high IN
+                SELECT g.low, g.high FROM unnest(p_lows, p_highs) AS g(low, high)
+                ORDER BY g.low COLLATE "C"
+            LOOP
+                EXIT WHEN cardinality(v_uris) >= p_limit;
+                v_uris := v_uris || ARRAY(
+                    SELECT s.uri FROM resources AS s
+                    WHERE s.tenant_id = p_tenant AND s.uri >= v_low AND s.uri < v_high
+                      AND s.uri > p_after
+                    ORDER BY s.uri LIMIT p_limit - cardinality(v_uris)
+                );
+            END LOOP;
+            IF cardinality(v_uris) >= p_limit THEN
+                v_last := v_uris[p_limit];
+            END IF;
             RETURN QUERY
                 SELECT r.uri, r.name, r.title, r.description, r.mime_type, r.size, r.icons,
                        r.annotations, r.meta, r.content_changed_at
                 FROM resources AS r
                 WHERE r.tenant_id = p_tenant AND r.uri IN (
                     SELECT page.uri FROM (
-                        SELECT scan.uri
-                        FROM unnest(p_lows, p_highs) AS g(low, high)
-                        CROSS JOIN LATERAL (
-                            SELECT s.uri FROM resources AS s
-                            WHERE s.tenant_id = p_tenant AND s.uri >= g.low AND s.uri < g.high
-                              AND s.uri > p_after
-                            ORDER BY s.uri LIMIT p_limit
-                        ) AS scan
+                        SELECT ranged.uri COLLATE "C" AS uri FROM unnest(v_uris) AS ranged(uri)
                         UNION
                         SELECT scan.uri
                         FROM unnest(p_tags) AS g(tag)
                         CROSS JOIN LATERAL (
                             SELECT t.uri FROM resource_tags AS t
                             WHERE t.tenant_id = p_tenant AND t.tag = g.tag AND t.uri > p_after
+                              AND (v_last IS NULL OR t.uri <= v_last)
                             ORDER BY t.uri LIMIT p_limit
                         ) AS scan
                         UNION
                         SELECT s.uri FROM resources AS s
                         WHERE s.tenant_id = p_tenant AND s.uri = ANY(p_uris) AND s.uri > p_after
+                          AND (v_last IS NULL OR s.uri <= v_last)
                     ) AS page
-                    ORDER BY page.uri LIMIT p_limit
+                    ORDER BY page.uri COLLATE "C" LIMIT p_limit
                 )
                 ORDER BY r.uri;
         END IF;

@@ -28,10 +28,18 @@ METADATA_FIELDS = (
 )
 
 
+def effective_annotations(annotations: dict[str, Any] | None, content_changed_at: datetime) -> dict[str, Any]:
+    """Annotations as served: ``lastModified`` defaults to the last content change."""
+    served = dict(annotations or {})
+    served.setdefault("lastModified", _iso(content_changed_at))
+    return served
+
+
 @dataclass(frozen=True)
-class ResourceRecord:
-    id: int
-    tenant_id: int
+class ListingEntry:
+    """What a listing shows of a resource and nothing more (no content, no bookkeeping): a page
+    builds a hundred of them (``repository.visible_page_rows``)."""
+
     uri: str
     name: str
     title: str | None
@@ -40,14 +48,25 @@ class ResourceRecord:
     size: int | None
     icons: list[dict[str, Any]] | None
     annotations: dict[str, Any] | None
+    meta: dict[str, Any] | None
+    content_changed_at: datetime
+
+    def effective_annotations(self) -> dict[str, Any]:
+        return effective_annotations(self.annotations, self.content_changed_at)
+
+
+@dataclass(frozen=True)
+class ResourceRecord(ListingEntry):
+    """A stored resource: what a listing shows, the bookkeeping, and the content when read."""
+
+    id: int
+    tenant_id: int
     tags: tuple[str, ...]
     consent_message: str | None
-    meta: dict[str, Any] | None
     blob_sha256: str | None
     version: int
     created_at: datetime
     updated_at: datetime
-    content_changed_at: datetime
     text: str | None = field(default=None, repr=False)  # only when the query read it
 
     @property
@@ -57,9 +76,6 @@ class ResourceRecord:
     @property
     def is_directory(self) -> bool:
         return self.mime_type == DIRECTORY_MIME_TYPE
-
-    def effective_annotations(self) -> dict[str, Any]:
-        return effective_annotations(self.annotations, self.content_changed_at)
 
     def snapshot(self) -> dict[str, Any]:
         """Metadata in admin-API form (camelCase), as kept in the version history."""
@@ -113,33 +129,6 @@ def content_digest(
 ) -> str | None:
     """The audit digest of a resource from its snapshot and its content's sha256 (text or blob)."""
     return digest({"meta": snapshot, "text": text_sha256, "blob": blob_sha256})
-
-
-def effective_annotations(annotations: dict[str, Any] | None, content_changed_at: datetime) -> dict[str, Any]:
-    """Annotations as served: ``lastModified`` defaults to the last content change."""
-    served = dict(annotations or {})
-    served.setdefault("lastModified", _iso(content_changed_at))
-    return served
-
-
-@dataclass(frozen=True)
-class ListingEntry:
-    """What a listing shows of a resource and nothing more (no content, no bookkeeping): a page
-    builds a hundred of them (``repository.visible_page_rows``)."""
-
-    uri: str
-    name: str
-    title: str | None
-    description: str | None
-    mime_type: str | None
-    size: int | None
-    icons: list[dict[str, Any]] | None
-    annotations: dict[str, Any] | None
-    meta: dict[str, Any] | None
-    content_changed_at: datetime
-
-    def effective_annotations(self) -> dict[str, Any]:
-        return effective_annotations(self.annotations, self.content_changed_at)
 
 
 def _iso(value: datetime) -> str:

@@ -388,7 +388,7 @@ async def list_page(
     return page_of(catalog, visibility, records, listing=listing, limit=limit, filters=filters)
 
 
-Entry = TypeVar("Entry", ResourceRecord, ListingEntry)
+Entry = TypeVar("Entry", bound=ListingEntry)
 
 
 async def visible_page(
