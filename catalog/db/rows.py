@@ -45,6 +45,8 @@ class _Layout:
     # Filled without running ``__init__`` (no ``__post_init__``, no slots): a frozen dataclass's
     # ``__init__`` sets each field through ``object.__setattr__``, a third of a page's record cost.
     direct: bool
+    # Every column is a field and none needs a tuple: the row zips straight into the fields.
+    exact: bool
 
 
 @functools.lru_cache(maxsize=512)
@@ -70,7 +72,8 @@ def _layout(cls: type, columns: tuple[str, ...]) -> _Layout:
         and "__slots__" not in cls.__dict__
         and len(fields) + len(defaults) == len(_plan(cls))
     )
-    return _Layout(tuple(fields), defaults, direct)
+    exact = len(fields) == len(columns) and not any(is_tuple for _, _, is_tuple in fields)
+    return _Layout(tuple(fields), defaults, direct, exact)
 
 
 def from_row(cls: type[R], row: Any) -> R:
@@ -79,11 +82,15 @@ def from_row(cls: type[R], row: Any) -> R:
     if not isinstance(row, Mapping):
         # By position: a page builds a hundred records, and a lookup by name through the row's
         # mapping costs several times the positional one.
-        layout = _layout(cls, row._fields if hasattr(row, "_fields") else tuple(row.keys()))
-        values = {
-            name: tuple(row[index] or ()) if is_tuple else row[index]
-            for name, index, is_tuple in layout.fields
-        }
+        columns = row._fields if hasattr(row, "_fields") else tuple(row.keys())
+        layout = _layout(cls, columns)
+        if layout.exact:
+            values = dict(zip(columns, row, strict=True))
+        else:
+            values = {
+                name: tuple(row[index] or ()) if is_tuple else row[index]
+                for name, index, is_tuple in layout.fields
+            }
         if not layout.direct:
             return cls(**values)
         instance = cls.__new__(cls)

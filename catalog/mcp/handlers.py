@@ -67,20 +67,21 @@ def _present(data: dict[str, Any]) -> dict[str, Any]:
 
 def resource_fields(record: ListingEntry) -> dict[str, Any]:
     """A resource as a ``resources/list`` entry on the wire (what :func:`to_resource` validates;
-    the plain list path sends it as it is)."""
-    return _present(
-        {
-            "uri": record.uri,
-            "name": record.name,
-            "title": record.title,
-            "description": record.description,
-            "mimeType": record.mime_type,
-            "size": record.size,
-            "icons": record.icons,
-            "annotations": record.effective_annotations(),
-            "_meta": record.meta,
-        }
-    )
+    the plain list path sends it as it is): its fields that are set, a hundred times a page."""
+    fields: dict[str, Any] = {"uri": record.uri, "name": record.name}
+    for key, value in (
+        ("title", record.title),
+        ("description", record.description),
+        ("mimeType", record.mime_type),
+        ("size", record.size),
+        ("icons", record.icons),
+    ):
+        if value is not None:
+            fields[key] = value
+    fields["annotations"] = record.effective_annotations()
+    if record.meta is not None:
+        fields["_meta"] = record.meta
+    return fields
 
 
 def to_resource(record: ResourceRecord) -> types.Resource:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -131,7 +132,10 @@ def content_digest(
     return digest({"meta": snapshot, "text": text_sha256, "blob": blob_sha256})
 
 
+@functools.lru_cache(maxsize=4096)
 def _iso(value: datetime) -> str:
+    # Cached: the resources one statement wrote (an import, a bulk upsert) share its timestamp,
+    # and a page of them would format it a hundred times.
     return value.isoformat().replace("+00:00", "Z")
 
 
