@@ -339,3 +339,16 @@ async def test_trace_context_in_the_envelope_does_not_keep_a_read_off_the_plain_
     traced = raw(srv, "resources/read", {"uri": README, "_meta": meta})
     assert plain_reads() - before == 1
     assert traced.json() == read(srv, README, through_sdk=True).json()
+
+
+@asynchronous
+@pytest.mark.parametrize("method", [[], {}, ["resources/read"], 7, None])
+async def test_a_method_that_is_not_a_string_is_the_sdks_to_refuse(srv: Served, method: Any) -> None:
+    """Found by the fuzzer: an unhashable ``method`` (a list) reached a set lookup and answered 500.
+    The path now leaves every non-string method to the SDK, which refuses it as invalid JSON-RPC."""
+    before = plain_reads()
+    body = {"jsonrpc": "2.0", "id": 0, "method": method, "params": {"_meta": envelope(), "uri": README}}
+    response = httpx.post(srv.mcp_url, json=body, headers=modern_headers("resources/read", README), timeout=30)
+    assert plain_reads() == before
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] in (-32600, -32602), response.text

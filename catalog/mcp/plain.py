@@ -124,6 +124,7 @@ def plain_request(scope: Scope, body: bytes) -> PlainRequest | None:
     method, request_id, params = message["method"], message["id"], message["params"]
     if (
         message["jsonrpc"] != "2.0"
+        or not isinstance(method, str)  # a list or an object is unhashable: the SDK refuses it
         or method not in PARAMS
         or isinstance(request_id, bool)
         or not isinstance(request_id, str | int)
