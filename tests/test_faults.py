@@ -281,7 +281,7 @@ def test_postgres_stopped_under_load_then_back_without_a_restart(
             }
             at_return = load.count()
             until(lambda: load.count() >= at_return + 30, 30, "load after the outage")
-        errors = [line[-2000:] for line in served.printed().splitlines() if '"level": "error"' in line]
+        errors = [line[-2000:] for line in served.printed().splitlines() if '"level":"error"' in line]
         assert not load.errors, (load.errors[:3], errors[:2])
         kinds = [check_outcome(outcome) for outcome in load.outcomes]
         assert "unavailable" in kinds and kinds[-1] == "ok"

@@ -5,7 +5,10 @@ access line beside it. ``CATALOG_LOG_FORMAT=text`` gives the same fields as text
 
 from __future__ import annotations
 
+import io
 import json
+import logging
+import logging.config
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from catalog.observability import logs
 from tests.mcp_helpers import MODERN
 from tests.processes import Served, catalog_env, serving, started, stop
 
@@ -30,7 +34,7 @@ def request_lines(
     served: Served, request_id: str, done: Callable[[list[dict[str, Any]]], bool]
 ) -> list[dict[str, Any]]:
     """The request lines carrying ``request_id``, once ``done(lines)`` (waiting for more as needed)."""
-    marker = f'"request_id": "{request_id}"'
+    marker = f'"request_id":"{request_id}"'  # lines are compact JSON (orjson)
 
     def printed() -> list[dict[str, Any]]:
         lines = [json.loads(line) for line in served.output if marker in line]
@@ -140,3 +144,88 @@ def test_text_lines_carry_the_same_fields(database_url: str, tmp_path: Path) -> 
         line = served.output[-1]
         assert "INFO    catalog.request: GET /healthz 200 request_id=text-1 method=GET route=/healthz" in line
         assert "status=200 duration_ms=" in line
+
+
+# -- the request line without a log record ---------------------------------------------------------
+
+
+@pytest.fixture
+def shipped_logging() -> Any:
+    """The server's logging configuration (``logging_config``) applied in this process, with the
+    handler writing to a buffer; the previous configuration restored afterwards."""
+    catalog_logger, uvicorn_logger, root = (logging.getLogger(n) for n in ("catalog", "uvicorn", ""))
+    saved = [(lg, lg.handlers[:], lg.level, lg.propagate) for lg in (catalog_logger, uvicorn_logger, root)]
+    logging.config.dictConfig(logs.logging_config("json"))
+    handler = catalog_logger.handlers[0]
+    buffer = io.StringIO()
+    handler.setStream(buffer)  # type: ignore[attr-defined]
+    try:
+        yield handler, buffer
+    finally:
+        for lg, handlers, level, propagate in saved:
+            lg.handlers[:] = handlers
+            lg.setLevel(level)
+            lg.propagate = propagate
+
+
+def shipped_handler_only(handler: logging.Handler) -> None:
+    """pytest adds its capture handlers to every non-propagating logger as each test starts."""
+    logging.getLogger("catalog").handlers[:] = [handler]
+
+
+FIELDS = {
+    "request_id": "r-1",
+    "method": "GET",
+    "route": "/healthz",
+    "status": 200,
+    "tenant": None,
+    "rpc_code": -1,
+}
+
+
+def test_a_request_line_written_directly_is_the_line_a_log_record_makes(shipped_logging: Any) -> None:
+    """With the shipped configuration the request line skips the logging module's record; the line
+    is the same object (bar its time) as the one the record path writes, and waits for the flusher,
+    while a 5xx line (a warning) is written at once."""
+    handler, buffer = shipped_logging
+    shipped_handler_only(handler)
+    assert logs._request_line_handler(logging.INFO) is handler
+    logs.log_request(dict(FIELDS), 200)
+    assert buffer.getvalue() == ""  # queued: the flusher writes it within FLUSH_SECONDS
+    logging.getLogger("catalog.request").info("GET /healthz 200", extra={"catalog": dict(FIELDS)})
+    logs.log_request({**FIELDS, "request_id": "r-2", "status": 503}, 503)
+    direct, recorded, warning = (json.loads(line) for line in buffer.getvalue().splitlines())
+    assert direct.pop("time") and recorded.pop("time")
+    assert (
+        direct
+        == recorded
+        == {
+            "level": "info",
+            "logger": "catalog.request",
+            "message": "GET /healthz 200",
+            **{key: value for key, value in FIELDS.items() if value is not None},
+        }
+    )
+    assert warning["level"] == "warning" and warning["request_id"] == "r-2"
+
+
+def test_a_filter_or_another_handler_sends_the_request_line_through_a_record(shipped_logging: Any) -> None:
+    handler, buffer = shipped_logging
+    shipped_handler_only(handler)
+    seen: list[logging.LogRecord] = []
+
+    def keep(record: logging.LogRecord) -> bool:
+        seen.append(record)
+        return True
+
+    logs.REQUEST_LOGGER.addFilter(keep)
+    try:
+        assert logs._request_line_handler(logging.INFO) is None
+        logs.log_request(dict(FIELDS), 200)
+        assert [record.getMessage() for record in seen] == ["GET /healthz 200"]
+    finally:
+        logs.REQUEST_LOGGER.removeFilter(keep)
+    logging.getLogger("catalog").addHandler(logging.NullHandler())
+    assert logs._request_line_handler(logging.INFO) is None
+    handler.flush()
+    assert json.loads(buffer.getvalue())["request_id"] == "r-1"
