@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -44,8 +44,6 @@ class Catalog:
     def platform_admin_token(self) -> str:
         return self.settings.platform_admin_token()[0]
 
-    @contextlib.asynccontextmanager
-    async def request_connection(self, *, eager: bool = False) -> AsyncIterator[None]:
+    def request_connection(self, *, eager: bool = False) -> AbstractAsyncContextManager[None]:
         """One pooled connection for the whole of a short request (``catalog.db.engine.request_connection``)."""
-        async with request_connection(self.engine, eager=eager):
-            yield
+        return request_connection(self.engine, eager=eager)

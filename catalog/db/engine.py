@@ -229,8 +229,7 @@ _request_connection: ContextVar[_RequestConnection | None] = ContextVar(
 )
 
 
-@contextlib.asynccontextmanager
-async def request_connection(engine: AsyncEngine, *, eager: bool = False) -> AsyncIterator[None]:
+class request_connection:
     """One pooled connection for the whole of a short request, like a session per request.
 
     The transactions (``transaction``) and self-scoped statements (``self_scoped_driver``) the
@@ -240,15 +239,26 @@ async def request_connection(engine: AsyncEngine, *, eager: bool = False) -> Asy
 
     ``eager``: check it out now, so that an exhausted pool fails here, before the request is
     handed to code that would answer the failure inside a response (a JSON-RPC error with 200).
+
+    A class rather than a generator: it wraps every short MCP request, and a generator-based
+    context manager costs a generator and its frames each time.
     """
-    held = _RequestConnection(engine)
-    if eager:
-        held.conn = await engine.connect()
-    token = _request_connection.set(held)
-    try:
-        yield
-    finally:
-        _request_connection.reset(token)
+
+    __slots__ = ("_eager", "_held", "_token")
+
+    def __init__(self, engine: AsyncEngine, *, eager: bool = False) -> None:
+        self._held = _RequestConnection(engine)
+        self._eager = eager
+
+    async def __aenter__(self) -> None:
+        held = self._held
+        if self._eager:
+            held.conn = await held.engine.connect()
+        self._token = _request_connection.set(held)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        _request_connection.reset(self._token)
+        held = self._held
         if held.conn is not None:
             await held.conn.close()
 
@@ -281,30 +291,49 @@ async def transaction(engine: AsyncEngine, scope: TenantScope) -> AsyncIterator[
         yield conn
 
 
-@contextlib.asynccontextmanager
-async def self_scoped_driver(engine: AsyncEngine) -> AsyncIterator[asyncpg.Connection]:
+class self_scoped_driver:
     """A pooled connection's asyncpg driver, outside any transaction, for one statement that binds
     its own scope (a ``catalog_*`` function), on the per-request hot path.
 
     No transaction, so no BEGIN and COMMIT round trips, and none of SQLAlchemy's per-statement
     work; and no scope, so any other statement run on it sees no tenant's rows at all. A driver
     error is not seen by SQLAlchemy's disconnect handling: a connection it closed is dropped at the
-    next checkout (``_refuse_closed_connection``).
+    next checkout (``_refuse_closed_connection``). A class for the reason ``request_connection`` is.
     """
-    async with _pooled_connection(engine) as conn:
+
+    __slots__ = ("_conn", "_engine", "_pooled")
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def __aenter__(self) -> asyncpg.Connection:
+        self._pooled = _pooled_connection(self._engine)
+        self._conn = conn = await self._pooled.__aenter__()
         try:
             sync = conn.sync_connection
             if sync is not None and not sync.closed and not sync.invalidated:
                 raw = sync.connection  # checked out and valid: no I/O, so no greenlet to spawn
             else:
                 raw = await conn.get_raw_connection()
-            yield raw.driver_connection
-        except BaseException:
-            # After a failed or cancelled statement the driver's protocol state is unknown (one
-            # caught mid-operation refuses the next statement with InternalClientError): the
-            # connection is discarded, never handed to another request.
-            await conn.invalidate()
+        except BaseException as exc:
+            try:
+                await conn.invalidate()
+            finally:
+                await self._pooled.__aexit__(type(exc), exc, exc.__traceback__)
             raise
+        return raw.driver_connection
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        try:
+            if exc_type is not None:
+                # After a failed or cancelled statement the driver's protocol state is unknown (one
+                # caught mid-operation refuses the next statement with InternalClientError): the
+                # connection is discarded, never handed to another request.
+                await self._conn.invalidate()
+        finally:
+            await self._pooled.__aexit__(exc_type, exc, tb)
 
 
 _BIND_SCOPE = text(

@@ -25,6 +25,7 @@ author. ``catalog_mcp_plain_answers_total{method}`` counts what was answered her
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -252,6 +253,16 @@ async def plain_answer(
     return completed.principal, {"completion": completion}
 
 
+@functools.cache
+def _method_metrics(method: str) -> tuple[Any, Any, Any]:
+    """A method's metric children, looked up once (each ``labels`` call takes a lock)."""
+    return (
+        metrics.MCP_REQUESTS.labels(method, "2026", "result"),
+        metrics.MCP_DURATION.labels(method, "2026"),
+        metrics.MCP_PLAIN_ANSWERS.labels(method),
+    )
+
+
 async def answer_plain(
     scope: Scope,
     send: Send,
@@ -272,9 +283,10 @@ async def answer_plain(
     body = response_body(request, result, principal, server_info)
     note_principal(scope, principal)
     note_mcp(scope, request.method, "2026", None)
-    metrics.MCP_REQUESTS.labels(request.method, "2026", "result").inc()
-    metrics.MCP_DURATION.labels(request.method, "2026").observe(time.perf_counter() - started)
-    metrics.MCP_PLAIN_ANSWERS.labels(request.method).inc()  # before it leaves: its reader may count
+    requests, duration, plain = _method_metrics(request.method)
+    requests.inc()
+    duration.observe(time.perf_counter() - started)
+    plain.inc()  # before the answer leaves: its reader may count
     headers = [*_RESPONSE_HEADERS, (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": body})
