@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 R = TypeVar("R")
@@ -107,3 +107,23 @@ def from_row(cls: type[R], row: Any) -> R:
         value = mapping[name]
         values[name] = tuple(value or ()) if is_tuple else value
     return cls(**values)
+
+
+def from_rows(cls: type[R], rows: Sequence[Any]) -> list[R]:
+    """:func:`from_row` for each of ``rows`` (positional rows sharing their columns: one query's),
+    the layout found once; rows whose columns are exactly a plain dataclass's fields go straight
+    into each instance's ``__dict__`` (a page of a hundred, on the list path)."""
+    if not rows or isinstance(rows[0], Mapping):
+        return [from_row(cls, row) for row in rows]
+    first = rows[0]
+    columns = first._fields if hasattr(first, "_fields") else tuple(first.keys())
+    layout = _layout(cls, columns)
+    if not (layout.exact and layout.direct and not layout.defaults):
+        return [from_row(cls, row) for row in rows]
+    new = cls.__new__
+    made = []
+    for row in rows:
+        instance = new(cls)
+        instance.__dict__.update(zip(columns, row, strict=True))
+        made.append(instance)
+    return made

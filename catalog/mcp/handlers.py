@@ -69,15 +69,17 @@ def resource_fields(record: ListingEntry) -> dict[str, Any]:
     """A resource as a ``resources/list`` entry on the wire (what :func:`to_resource` validates;
     the plain list path sends it as it is): its fields that are set, a hundred times a page."""
     fields: dict[str, Any] = {"uri": record.uri, "name": record.name}
-    for key, value in (
-        ("title", record.title),
-        ("description", record.description),
-        ("mimeType", record.mime_type),
-        ("size", record.size),
-        ("icons", record.icons),
-    ):
-        if value is not None:
-            fields[key] = value
+    # One test per field rather than a loop over pairs: a page writes a hundred entries.
+    if record.title is not None:
+        fields["title"] = record.title
+    if record.description is not None:
+        fields["description"] = record.description
+    if record.mime_type is not None:
+        fields["mimeType"] = record.mime_type
+    if record.size is not None:
+        fields["size"] = record.size
+    if record.icons is not None:
+        fields["icons"] = record.icons
     fields["annotations"] = record.effective_annotations()
     if record.meta is not None:
         fields["_meta"] = record.meta

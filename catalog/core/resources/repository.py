@@ -37,7 +37,7 @@ from catalog.core.uris import uri_prefix_upper_bound
 from catalog.core.visibility import Visibility
 from catalog.db.bulk import insert_rows
 from catalog.db.models import resource_versions, resources
-from catalog.db.rows import from_row
+from catalog.db.rows import from_rows
 
 ROWS_PER_STATEMENT = 1000  # keeps a statement under PostgreSQL's 32767 parameters
 
@@ -318,7 +318,7 @@ async def visible_page_rows(
         after or "",
         limit,
     )
-    return [from_row(ListingEntry, row) for row in found]
+    return from_rows(ListingEntry, found)
 
 
 async def page_rows(
