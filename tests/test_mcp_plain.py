@@ -10,6 +10,7 @@ SDK on purpose by adding a progress token to its envelope (the path leaves those
 from __future__ import annotations
 
 import base64
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,10 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from catalog.core import reading
+from catalog.core.grants import create_grant, delete_grant
 from catalog.core.principal import Principal
+from catalog.core.schemas import GrantIn
 from catalog.core.service import Catalog
 from catalog.core.tokens import delete_token, list_tokens
 from catalog.db.engine import create_engine
@@ -54,18 +58,24 @@ async def srv(postgres_server: Any, template_database: str, tmp_path: Path) -> A
         yield s
 
 
-async def revoke_admin_token(srv: Served) -> None:
-    """Revoke the tenant's admin token as the admin API would, on an engine of this test's loop."""
+@contextlib.asynccontextmanager
+async def acting_catalog(srv: Served) -> AsyncIterator[Catalog]:
+    """The served database's catalogue on an engine of this test's loop, to change it as the admin
+    API would."""
     settings = srv.app.state.settings
     engine = create_engine(
         settings.async_database_url(), pool_size=1, max_overflow=0, transaction_pooler=settings.behind_pooler
     )
     try:
-        catalog = Catalog(engine=engine, settings=settings)
-        (victim,) = [t for t in await list_tokens(catalog, srv.fixture.tenant) if t.admin]
-        await delete_token(catalog, Principal.system("tests"), srv.fixture.tenant, victim.id)
+        yield Catalog(engine=engine, settings=settings)
     finally:
         await engine.dispose()
+
+
+async def revoke_admin_token(srv: Served) -> None:
+    async with acting_catalog(srv) as catalog:
+        (victim,) = [t for t in await list_tokens(catalog, srv.fixture.tenant) if t.admin]
+        await delete_token(catalog, Principal.system("tests"), srv.fixture.tenant, victim.id)
 
 
 def plain_reads() -> float:
@@ -341,14 +351,66 @@ async def test_trace_context_in_the_envelope_does_not_keep_a_read_off_the_plain_
     assert traced.json() == read(srv, README, through_sdk=True).json()
 
 
+def post_method(srv: Served, method: Any) -> httpx.Response:
+    """A read's body and headers with ``method`` in place of the method name."""
+    body = {"jsonrpc": "2.0", "id": 0, "method": method, "params": {"_meta": envelope(), "uri": README}}
+    return httpx.post(srv.mcp_url, json=body, headers=modern_headers("resources/read", README), timeout=30)
+
+
 @asynchronous
 @pytest.mark.parametrize("method", [[], {}, ["resources/read"], 7, None])
 async def test_a_method_that_is_not_a_string_is_the_sdks_to_refuse(srv: Served, method: Any) -> None:
     """Found by the fuzzer: an unhashable ``method`` (a list) reached a set lookup and answered 500.
     The path now leaves every non-string method to the SDK, which refuses it as invalid JSON-RPC."""
     before = plain_reads()
-    body = {"jsonrpc": "2.0", "id": 0, "method": method, "params": {"_meta": envelope(), "uri": README}}
-    response = httpx.post(srv.mcp_url, json=body, headers=modern_headers("resources/read", README), timeout=30)
+    response = post_method(srv, method)
     assert plain_reads() == before
     assert response.status_code == 400
     assert response.json()["error"]["code"] in (-32600, -32602), response.text
+
+
+async def change_grant(srv: Served, body: dict[str, Any] | None, grant_id: int | None = None) -> int:
+    """Create a grant of the fixture tenant (``body``) or delete one (``grant_id``); its id."""
+    system = Principal.system("tests")
+    async with acting_catalog(srv) as catalog:
+        if grant_id is not None:
+            await delete_grant(catalog, system, srv.fixture.tenant, grant_id)
+            return grant_id
+        return (await create_grant(catalog, system, srv.fixture.tenant, GrantIn.model_validate(body))).id
+
+
+@asynchronous
+async def test_a_credentials_next_page_rides_on_its_authentication_until_its_grants_change(
+    srv: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain list page is one statement: the credential's authentication and grants, and the page
+    read with the selectors its last page had (migration 0009). A grant made or removed between two
+    pages shows on the very next one (the stale page is discarded and asked again), and every page
+    is still the SDK's."""
+    asked_again: list[str | None] = []
+    visible_page = reading.visible_page
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        asked_again.append(kwargs.get("cursor"))
+        return await visible_page(*args, **kwargs)
+
+    monkeypatch.setattr(reading, "visible_page", counted)
+
+    def listed() -> list[str]:
+        fast = list_page(srv, None, token="src")
+        assert fast.json() == list_page(srv, None, token="src", through_sdk=True).json()
+        return [item["uri"] for item in fast.json()["result"]["resources"]]
+
+    listed()  # remembers this credential's visibility (if an earlier test did not already)
+    asked_again.clear()
+    before = listed()
+    assert asked_again == [] and HIDDEN not in before and APP_PY in before
+
+    grant_id = await change_grant(srv, {"scope": "src", "uri": HIDDEN})
+    assert listed() == sorted([*before, HIDDEN], key=lambda uri: uri.encode())
+    assert asked_again == [None]  # the remembered selectors were stale: asked again
+    asked_again.clear()
+    assert HIDDEN in listed() and asked_again == []
+
+    await change_grant(srv, None, grant_id)
+    assert listed() == before and asked_again == [None]

@@ -52,6 +52,8 @@ from catalog.core.resources import (
     ListingEntry,
     ResourceRecord,
     list_page,
+    listed_page,
+    page_start,
     record_from_row,
     visible_page,
 )
@@ -267,24 +269,20 @@ class PlainPage:
     next_cursor: str | None
 
 
-async def plain_standing(
-    catalog: Catalog, key: str | None, token: str | None, principal: Principal | None
-) -> tuple[Principal, Visibility, Any] | None:
-    """``catalog_plain_read`` (migration 0008) for an opaque ``token`` or an authenticated tenant
-    ``principal``: who it is, what it sees (the one visibility rule, on the grants the statement
-    returned) and the row of the resource ``key`` names (none asked for with ``key`` None); None
-    for an unknown, revoked or expired token, or a principal without a tenant."""
+def _standing_arguments(token: str | None, principal: Principal | None) -> tuple[object, ...] | None:
+    """``catalog_plain_read``'s principal arguments (hash, tenant, scopes, admin) for an opaque
+    ``token`` or an authenticated tenant ``principal``; None when there is neither."""
     if token is not None:
-        if not is_opaque_token(token):
-            return None
-        arguments: tuple[object, ...] = (hash_token(token), None, None, None, key)
-    elif principal is not None and principal.tenant_id is not None:
-        scopes = sorted(principal.scopes)
-        arguments = (None, principal.tenant_id, scopes, principal.administers(principal.tenant_id), key)
-    else:
-        return None
-    async with self_scoped_driver(catalog.engine) as driver:
-        row = await driver.fetchrow(_PLAIN_READ, *arguments)
+        return (hash_token(token), None, None, None) if is_opaque_token(token) else None
+    if principal is not None and principal.tenant_id is not None:
+        tenant_id = principal.tenant_id
+        return (None, tenant_id, tuple(sorted(principal.scopes)), principal.administers(tenant_id))
+    return None
+
+
+def _standing_of(row: Any, principal: Principal | None) -> tuple[Principal, Visibility] | None:
+    """Who a ``catalog_plain_read`` row names (the token's principal, or ``principal`` as given) and
+    what it sees (the one visibility rule, on the grants the row holds)."""
     if row is None or row["principal_tenant_id"] is None:
         return None
     tenant_id: int = row["principal_tenant_id"]
@@ -305,7 +303,25 @@ async def plain_standing(
         prefixes=row["grant_prefixes"] or (),
         tags=row["grant_tags"] or (),
     )
-    return principal, visibility, row
+    return principal, visibility
+
+
+async def plain_standing(
+    catalog: Catalog, key: str | None, token: str | None, principal: Principal | None
+) -> tuple[Principal, Visibility, Any] | None:
+    """``catalog_plain_read`` (migration 0008) for an opaque ``token`` or an authenticated tenant
+    ``principal``: who it is, what it sees (the one visibility rule, on the grants the statement
+    returned) and the row of the resource ``key`` names (none asked for with ``key`` None); None
+    for an unknown, revoked or expired token, or a principal without a tenant."""
+    arguments = _standing_arguments(token, principal)
+    if arguments is None:
+        return None
+    async with self_scoped_driver(catalog.engine) as driver:
+        row = await driver.fetchrow(_PLAIN_READ, *arguments, key)
+    standing = _standing_of(row, principal)
+    if standing is None:
+        return None
+    return *standing, row
 
 
 async def read_plain(
@@ -341,21 +357,57 @@ async def read_plain(
     return PlainRead(principal, Content(uri, mime_type, text=row["resource_text"]))
 
 
+_PLAIN_PAGE = "SELECT * FROM catalog_plain_page($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+_NO_GUESS = (None, None, None, None, None, "", 0)
+_LISTED = 9  # catalog_plain_page's first listing column (before it: the principal and its grants)
+# Credentials whose last page's visibility is remembered (each entry a few hundred bytes).
+GUESSED_CREDENTIALS = 4096
+
+
 async def plain_resources_page(
     catalog: Catalog, cursor: str | None, *, token: str | None = None, principal: Principal | None = None
 ) -> PlainPage | None:
-    """:func:`resources_page` for an opaque ``token`` or an authenticated tenant ``principal``, its
-    authentication and grants in one statement; None when the full path must answer (an unknown,
-    revoked or expired token; a cursor that is not this caller's, whose error is the full path's).
-    The page itself is one statement too (``catalog.core.resources.visible_page``)."""
-    found = await plain_standing(catalog, None, token, principal)
-    if found is None:
+    """:func:`resources_page` for an opaque ``token`` or an authenticated tenant ``principal``; None
+    when the full path must answer (an unknown, revoked or expired token; a cursor that is not this
+    caller's, whose error is the full path's).
+
+    One statement (``catalog_plain_page``, migration 0009): the credential's authentication and
+    grants, and the page as the visibility this credential had on its last page would show it.
+    That page is used only when the visibility computed from the grants just returned is that one;
+    otherwise (the first page of a credential, its grants changed) the page is asked again with the
+    right selectors (``catalog.core.resources.visible_page``)."""
+    arguments = _standing_arguments(token, principal)
+    if arguments is None:
         return None
-    principal, visibility, _ = found
+    remembered = catalog.page_visibilities
+    guess = remembered.get(arguments)
+    selectors: tuple[object, ...] = _NO_GUESS
+    if guess is not None and not guess.nothing:
+        try:
+            after = page_start(catalog, guess, listing=RESOURCE_LISTING, cursor=cursor)
+        except InvalidCursor:
+            guess = None  # the full path decides, with the visibility the statement finds
+        else:
+            selectors = (guess.everything, *guess.page_selectors(), after or "", PAGE_SIZE + 1)
+    async with self_scoped_driver(catalog.engine) as driver:
+        found = await driver.fetch(_PLAIN_PAGE, *arguments, *selectors)
+    standing = _standing_of(found[0], principal) if found else None
+    if standing is None:
+        return None
+    principal, visibility = standing
+    if visibility != guess:
+        if len(remembered) >= GUESSED_CREDENTIALS:
+            remembered.pop(next(iter(remembered)))  # the oldest
+        remembered[arguments] = visibility
     try:
-        records, next_cursor = await visible_page(
-            catalog, visibility, listing=RESOURCE_LISTING, cursor=cursor, limit=PAGE_SIZE
-        )
+        if visibility == guess and selectors is not _NO_GUESS:
+            records, next_cursor = listed_page(
+                catalog, visibility, found[1:], _LISTED, listing=RESOURCE_LISTING, limit=PAGE_SIZE
+            )
+        else:
+            records, next_cursor = await visible_page(
+                catalog, visibility, listing=RESOURCE_LISTING, cursor=cursor, limit=PAGE_SIZE
+            )
     except InvalidCursor:
         return None
     return PlainPage(principal, records, next_cursor)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -15,6 +15,7 @@ from catalog.settings import Settings
 
 if TYPE_CHECKING:
     from catalog.auth.jwt import JwtVerifier
+    from catalog.core.visibility import Visibility
     from catalog.events.credentials import CredentialWatch
     from catalog.events.hub import EventHub
     from catalog.events.listener import ChangeListener
@@ -35,6 +36,10 @@ class Catalog:
     # Verifies OAuth access tokens: built by ``catalog.auth.jwt.jwt_verifier`` on first use (auth is
     # the layer above; the core only keeps it, with its cache of signing keys, for the catalogue).
     jwt_verifier: JwtVerifier | None = None
+    # The visibility each credential's last plain list page had, by its ``catalog_plain_read``
+    # arguments: its next page is read with that page's selectors in the statement that
+    # authenticates it, and used only if the visibility is still that (``reading.plain_resources_page``).
+    page_visibilities: dict[Hashable, Visibility] = field(default_factory=dict)
 
     @cached_property
     def signing_key(self) -> bytes:

@@ -109,16 +109,20 @@ def from_row(cls: type[R], row: Any) -> R:
     return cls(**values)
 
 
-def from_rows(cls: type[R], rows: Sequence[Any]) -> list[R]:
+def from_rows(cls: type[R], rows: Sequence[Any], columns: tuple[str, ...] | None = None) -> list[R]:
     """:func:`from_row` for each of ``rows`` (positional rows sharing their columns: one query's),
     the layout found once; rows whose columns are exactly a plain dataclass's fields go straight
-    into each instance's ``__dict__`` (a page of a hundred, on the list path)."""
+    into each instance's ``__dict__`` (a page of a hundred, on the list path). ``columns`` names the
+    values of plain tuples."""
     if not rows or isinstance(rows[0], Mapping):
         return [from_row(cls, row) for row in rows]
-    first = rows[0]
-    columns = first._fields if hasattr(first, "_fields") else tuple(first.keys())
+    if columns is None:
+        first = rows[0]
+        columns = first._fields if hasattr(first, "_fields") else tuple(first.keys())
     layout = _layout(cls, columns)
     if not (layout.exact and layout.direct and not layout.defaults):
+        if isinstance(rows[0], tuple) and not hasattr(rows[0], "_fields"):
+            rows = [dict(zip(columns, row, strict=True)) for row in rows]
         return [from_row(cls, row) for row in rows]
     new = cls.__new__
     made = []

@@ -7,6 +7,7 @@ service (:mod:`catalog.core.resources.service`) decides and calls these; visibil
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -319,6 +320,15 @@ async def visible_page_rows(
         limit,
     )
     return from_rows(ListingEntry, found)
+
+
+LISTING_ENTRY_COLUMNS = tuple(field.name for field in dataclasses.fields(ListingEntry))
+
+
+def listing_entries(rows: Sequence[Any], first: int) -> list[ListingEntry]:
+    """Entries from rows whose columns from position ``first`` on are a listing entry's fields in
+    order (``catalog_plain_page``'s page rows, after the principal's columns)."""
+    return from_rows(ListingEntry, [tuple(row)[first:] for row in rows], LISTING_ENTRY_COLUMNS)
 
 
 async def page_rows(

@@ -404,6 +404,14 @@ async def visible_page(
     return page_of(catalog, visibility, records, listing=listing, limit=limit)
 
 
+def listed_page(
+    catalog: Catalog, visibility: Visibility, found: Sequence[Any], first: int, *, listing: str, limit: int
+) -> tuple[list[ListingEntry], str | None]:
+    """:func:`visible_page`'s answer from up to ``limit + 1`` rows a caller's own statement read
+    with ``visibility``'s selectors (``catalog_plain_page``), their entry columns from ``first`` on."""
+    return page_of(catalog, visibility, rows.listing_entries(found, first), listing=listing, limit=limit)
+
+
 def page_start(
     catalog: Catalog,
     visibility: Visibility,
