@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 from sqlalchemy import (
     ColumnElement,
     Integer,
@@ -43,7 +44,6 @@ from sqlalchemy import (
     select,
     true,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.errors import InvalidInput, NotFound
 from catalog.core.principal import Principal
@@ -51,8 +51,9 @@ from catalog.core.reading import plain_standing, tenant_of
 from catalog.core.service import Catalog
 from catalog.core.uri_templates import InvalidTemplate, completion_candidates, parse_template
 from catalog.core.visibility import Visibility, load_visibility
-from catalog.db.engine import TenantScope, transaction
+from catalog.db.engine import TenantScope, scoped_driver, transaction
 from catalog.db.models import resources, templates
+from catalog.db.statements import DriverStatement, driver_statement
 
 MAX_VALUES = 100
 MAX_SCANNED_ROWS = 20_000
@@ -107,31 +108,31 @@ async def complete_argument(
     tenant_id = tenant_of(principal)
     if not _storable(uri_template):
         raise UnknownTemplate(uri_template)  # no stored template can hold a NUL or a lone surrogate
-    async with transaction(catalog.engine, TenantScope.tenant(tenant_id)) as conn:
-        if visibility is None or visibility.tenant_id != tenant_id:
+    if visibility is None or visibility.tenant_id != tenant_id:
+        async with transaction(catalog.engine, TenantScope.tenant(tenant_id)) as conn:
             visibility = await load_visibility(conn, principal, tenant_id)
-        if visibility.nothing:
-            raise UnknownTemplate(uri_template)
-        found = (
-            await conn.execute(
-                select(templates.c.uri_template).where(
-                    visibility.templates_clause(templates), templates.c.uri_template == uri_template
-                )
-            )
-        ).first()
-        if found is None:
-            raise UnknownTemplate(uri_template)
-        try:
-            plan = completion_candidates(parse_template(uri_template), argument, partial, context_arguments)
-        except InvalidTemplate as exc:
-            raise InvalidArgument(exc.reason) from None
-
-        scan = _Scan(conn, visibility, plan)
-        separator = _first_segment_separator(plan, argument)
-        if separator is None:
-            await scan.rows(after=None, below=None)
-        else:
-            await _skip_scan(scan, visibility, plan, separator)
+    if visibility.nothing:
+        raise UnknownTemplate(uri_template)
+    refused = ""
+    try:
+        plan = completion_candidates(parse_template(uri_template), argument, partial, context_arguments)
+    except InvalidTemplate as exc:
+        plan, refused = None, exc.reason  # said only once the template is known to be visible
+    # Nothing is raised inside the transaction: an error there discards its connection.
+    known = driver_statement(_template_statement(visibility))
+    async with scoped_driver(catalog.engine, TenantScope.tenant(tenant_id)) as driver:
+        found = await driver.fetchval(known.sql, *known.arguments({"uri_template": uri_template}))
+        if found is not None and plan is not None:
+            scan = _Scan(driver, visibility, plan)
+            separator = _first_segment_separator(plan, argument)
+            if separator is None:
+                await scan.rows(after=None, below=None)
+            else:
+                await _skip_scan(scan, visibility, plan, separator)
+    if found is None:
+        raise UnknownTemplate(uri_template)
+    if plan is None:
+        raise InvalidArgument(refused)
     ordered = sorted(scan.values)
     finished = scan.finished
     return Completion(
@@ -177,8 +178,8 @@ async def plain_completion(
 class _Scan:
     """Candidate rows read in URI order, batch by batch, within the ``MAX_SCANNED_ROWS`` budget."""
 
-    def __init__(self, conn: AsyncConnection, visibility: Visibility, plan: Any) -> None:
-        self.conn = conn
+    def __init__(self, driver: asyncpg.Connection, visibility: Visibility, plan: Any) -> None:
+        self.driver = driver
         self.visibility = visibility
         self.plan = plan
         self.values: set[str] = set()
@@ -204,7 +205,7 @@ class _Scan:
                 self.visibility, self.plan.upper_bound is not None, after is not None, below is not None
             )
             values = {**self.range_bounds(), "after": after, "below": below, "batch": batch}
-            uris = list((await self.conn.execute(query, values)).scalars())
+            uris = [row[0] for row in await self.driver.fetch(query.sql, *query.arguments(values))]
             self.scanned += len(uris)
             for uri in uris:
                 value = self.plan.extract(uri)
@@ -228,13 +229,21 @@ def _candidate_range(table: Any, visibility: Visibility, bounded: bool) -> list[
 # Statements are built once per visibility and shape, their values bound at each execution:
 # building the recursive query took longer than the database took to run it.
 @functools.lru_cache(maxsize=256)
-def _batch_statement(visibility: Visibility, bounded: bool, after: bool, below: bool) -> Select[Any]:
+def _template_statement(visibility: Visibility) -> Select[Any]:
+    return select(templates.c.uri_template).where(
+        visibility.templates_clause(templates),
+        templates.c.uri_template == bindparam("uri_template", type_=Text),
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _batch_statement(visibility: Visibility, bounded: bool, after: bool, below: bool) -> DriverStatement:
     clauses = _candidate_range(resources, visibility, bounded)
     if after:
         clauses.append(resources.c.uri > bindparam("after", type_=Text))
     if below:
         clauses.append(resources.c.uri < bindparam("below", type_=Text))
-    return (
+    return driver_statement(
         select(resources.c.uri)
         .where(and_(*clauses))
         .order_by(resources.c.uri)
@@ -258,7 +267,8 @@ async def _skip_scan(scan: _Scan, visibility: Visibility, plan: Any, separator: 
     start = len(plan.template.template[: plan.template.template.find("{")])
     jump_char = chr(ord(separator) + 1)
     query = _jumps_statement(visibility, start, separator, plan.upper_bound is not None)
-    firsts = list((await scan.conn.execute(query, {**scan.range_bounds(), "groups": MAX_GROUPS})).scalars())
+    values = {**scan.range_bounds(), "groups": MAX_GROUPS}
+    firsts = [row[0] for row in await scan.driver.fetch(query.sql, *query.arguments(values))]
     scan.scanned += len(firsts)
     for uri in firsts:
         value = plan.extract(uri)
@@ -273,7 +283,7 @@ async def _skip_scan(scan: _Scan, visibility: Visibility, plan: Any, separator: 
 
 
 @functools.lru_cache(maxsize=256)
-def _jumps_statement(visibility: Visibility, start: int, separator: str, bounded: bool) -> Select[Any]:
+def _jumps_statement(visibility: Visibility, start: int, separator: str, bounded: bool) -> DriverStatement:
     """The loose index scan: from the first candidate, each step the first visible URI past the
     previous one's value (``<prefix><value><separator>``), at most ``MAX_GROUPS`` steps."""
     jump_char = chr(ord(separator) + 1)
@@ -313,4 +323,4 @@ def _jumps_statement(visibility: Visibility, start: int, separator: str, bounded
         .select_from(jumps.join(step, true()))
         .where(jumps.c.n < bindparam("groups", type_=Integer))
     )
-    return select(jumps.c.uri).where(jumps.c.uri.is_not(None)).order_by(jumps.c.n)
+    return driver_statement(select(jumps.c.uri).where(jumps.c.uri.is_not(None)).order_by(jumps.c.n))

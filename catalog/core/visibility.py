@@ -25,6 +25,7 @@ from sqlalchemy import (
     Text,
     TextualSelect,
     and_,
+    any_,
     bindparam,
     false,
     literal,
@@ -86,7 +87,7 @@ class Visibility:
             return false()
         parts: list[ColumnElement[bool]] = []
         if self.uris:
-            parts.append(uri_column.in_(sorted(self.uris)))
+            parts.append(uri_column == any_(_text_array(self.uris)))
         for prefix in self.prefixes:
             upper = uri_prefix_upper_bound(prefix)
             if upper is None:
@@ -94,7 +95,7 @@ class Visibility:
             else:
                 parts.append(and_(uri_column >= literal(prefix, Text), uri_column < literal(upper, Text)))
         if self.tags:
-            parts.append(tags_column.overlap(bindparam(None, sorted(self.tags), type_=ARRAY(Text))))
+            parts.append(tags_column.overlap(_text_array(self.tags)))
         return or_(*parts)
 
     def resources_clause(self, table: Table) -> ColumnElement[bool]:
@@ -107,7 +108,7 @@ class Visibility:
             return and_(table.c.tenant_id == self.tenant_id, self._clause(table.c.uri_template, table.c.tags))
         parts: list[ColumnElement[bool]] = []
         if self.uris:
-            parts.append(table.c.uri_template.in_(sorted(self.uris)))
+            parts.append(table.c.uri_template == any_(_text_array(self.uris)))
         narrowed = Visibility(self.tenant_id, False, prefixes=self.prefixes, tags=self.tags)
         if self.prefixes or self.tags:
             parts.append(narrowed._clause(table.c.literal_prefix, table.c.tags))
@@ -165,6 +166,12 @@ class Visibility:
         if prefix is not None and any(prefix.startswith(p) for p in self.prefixes):
             return True
         return bool(self.tags.intersection(tags))
+
+
+def _text_array(values: frozenset[str]) -> ColumnElement[list[str]]:
+    """``values`` as one array parameter, not an IN list: a statement's text is then the same for
+    any number of grants, so it is compiled once and runs on a bare driver too (``db.statements``)."""
+    return bindparam(None, sorted(values), type_=ARRAY(Text))
 
 
 def principal_fingerprint(principal: Principal, tenant_id: int) -> str:

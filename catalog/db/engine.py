@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import weakref
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -87,6 +88,7 @@ def create_engine(
     if transaction_pooler:
         session = {"role": app_role or "", "statement_timeout": str(statement_timeout_ms)}
         event.listen(engine.sync_engine, "begin", lambda conn: _bind_session(conn, session))
+        _POOLER_SESSIONS[engine.sync_engine] = session
     observe_pool(engine)
     return engine
 
@@ -105,6 +107,10 @@ _BIND_SESSION = (
     "SELECT set_config('statement_timeout', $1, true),"
     " CASE WHEN $2 <> '' THEN set_config('role', $2, true) END"
 )
+
+
+# The session settings each transaction binds behind a transaction pooler, by engine.
+_POOLER_SESSIONS: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictionary()
 
 
 def _bind_session(conn: Connection, session: dict[str, str]) -> None:
@@ -350,3 +356,58 @@ async def bind_scope(conn: AsyncConnection, scope: TenantScope) -> None:
             "all_tenants": "on" if scope.all_tenants else "off",
         },
     )
+
+
+def _quoted(value: str) -> str:
+    """``value`` as an SQL string literal (``standard_conforming_strings``, on since PostgreSQL 9.1)."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+class scoped_driver:
+    """A pooled connection's asyncpg driver inside a transaction bound to ``scope`` (what
+    ``transaction`` gives through SQLAlchemy), for a few statements on a per-request path
+    (``catalog.db.statements``): BEGIN, behind a pooler the session's settings, and the scope go
+    in one message, one round trip where SQLAlchemy takes two; COMMIT on a clean exit.
+
+    On any error the connection is discarded (its transaction with it), as ``self_scoped_driver``
+    discards one after a failed statement.
+    """
+
+    __slots__ = ("_begin", "_driver", "_inner")
+
+    def __init__(self, engine: AsyncEngine, scope: TenantScope) -> None:
+        statements = ["BEGIN"]
+        session = _POOLER_SESSIONS.get(engine.sync_engine)
+        if session is not None:
+            statements.append(
+                f"SELECT set_config('statement_timeout', {_quoted(session['statement_timeout'])}, true)"
+                + (f", set_config('role', {_quoted(session['role'])}, true)" if session["role"] else "")
+            )
+        tenant = "" if scope.tenant_id is None else str(int(scope.tenant_id))
+        statements.append(
+            f"SELECT set_config('catalog.tenant_id', {_quoted(tenant)}, true),"
+            f" set_config('catalog.all_tenants', {_quoted('on' if scope.all_tenants else 'off')}, true)"
+        )
+        self._begin = "; ".join(statements)
+        self._inner = self_scoped_driver(engine)
+
+    async def __aenter__(self) -> asyncpg.Connection:
+        driver = await self._inner.__aenter__()
+        try:
+            await driver.execute(self._begin)  # no arguments: one simple-query message
+        except BaseException as exc:
+            await self._inner.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._driver = driver
+        return driver
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        if exc_type is None:
+            try:
+                await self._driver.execute("COMMIT")
+            except BaseException as failed:
+                await self._inner.__aexit__(type(failed), failed, failed.__traceback__)
+                raise
+        await self._inner.__aexit__(exc_type, exc, tb)
