@@ -13,6 +13,7 @@ a single URI for event fan-out by exactly the same rule.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -178,14 +179,13 @@ def principal_fingerprint(principal: Principal, tenant_id: int) -> str:
     """A short digest of what a caller sees of a tenant (its standing: kind, admin, scopes), not of
     who it is: a cursor carries it, so it is refused by any caller who would see another set, and
     accepted from a caller who sees exactly the same (``Principal.identity`` names the credential)."""
-    standing = "|".join(
-        [
-            str(tenant_id),
-            principal.kind,
-            "admin" if principal.administers(tenant_id) else "",
-            ",".join(sorted(principal.scopes)),
-        ]
-    )
+    return _fingerprint(tenant_id, principal.kind, principal.administers(tenant_id), principal.scopes)
+
+
+@functools.lru_cache(maxsize=4096)
+def _fingerprint(tenant_id: int, kind: str, admin: bool, scopes: frozenset[str]) -> str:
+    # Cached: every plain request computes its caller's, and few standings are in use at once.
+    standing = "|".join([str(tenant_id), kind, "admin" if admin else "", ",".join(sorted(scopes))])
     return hashlib.sha256(standing.encode()).hexdigest()[:16]
 
 

@@ -16,6 +16,8 @@ from sqlalchemy import event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.util import greenlet_spawn
 
 from catalog.observability.metrics import observe_pool
 
@@ -225,6 +227,9 @@ async def probe_app_role(url: str | URL, *, transaction_pooler: bool = False) ->
 @dataclass
 class _RequestConnection:
     engine: AsyncEngine
+    # Checked out eagerly as a bare pool connection: a plain request's self-scoped statement needs
+    # only its driver. Wrapped into ``conn`` (and owned by it) once a transaction needs SQLAlchemy.
+    raw: PoolProxiedConnection | None = None
     conn: AsyncConnection | None = None  # checked out at first use, so a failure happens there
     busy: bool = False
 
@@ -245,6 +250,9 @@ class request_connection:
 
     ``eager``: check it out now, so that an exhausted pool fails here, before the request is
     handed to code that would answer the failure inside a response (a JSON-RPC error with 200).
+    It is checked out from the pool as a bare connection (no ``Connection`` or ``AsyncConnection``
+    built around it until a transaction needs one): a plain request runs one self-scoped statement
+    on its driver, and the wrappers and their greenlets were a tenth of such a request.
 
     A class rather than a generator: it wraps every short MCP request, and a generator-based
     context manager costs a generator and its frames each time.
@@ -259,7 +267,7 @@ class request_connection:
     async def __aenter__(self) -> None:
         held = self._held
         if self._eager:
-            held.conn = await held.engine.connect()
+            held.raw = await held.engine.raw_connection()
         self._token = _request_connection.set(held)
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -267,6 +275,8 @@ class request_connection:
         held = self._held
         if held.conn is not None:
             await held.conn.close()
+        elif held.raw is not None:
+            await greenlet_spawn(held.raw.close)
 
 
 @contextlib.asynccontextmanager
@@ -283,7 +293,14 @@ async def _pooled_connection(engine: AsyncEngine) -> AsyncIterator[AsyncConnecti
             await held.conn.close()
             held.conn = None
         if held.conn is None or held.conn.closed:
-            held.conn = await engine.connect()
+            raw, held.raw = held.raw, None
+            if raw is not None and raw.is_valid:
+                # No I/O: the checked-out connection, now owned by the wrapper (its close checks it in).
+                held.conn = AsyncConnection(engine, Connection(engine.sync_engine, connection=raw))
+            else:
+                if raw is not None:
+                    await greenlet_spawn(raw.close)
+                held.conn = await engine.connect()
         yield held.conn
     finally:
         held.busy = False
@@ -307,12 +324,20 @@ class self_scoped_driver:
     next checkout (``_refuse_closed_connection``). A class for the reason ``request_connection`` is.
     """
 
-    __slots__ = ("_conn", "_engine", "_pooled")
+    __slots__ = ("_conn", "_engine", "_held", "_pooled")
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
     async def __aenter__(self) -> asyncpg.Connection:
+        held = _request_connection.get()
+        if held is not None and not held.busy and held.engine is self._engine and held.conn is None:
+            raw = held.raw
+            if raw is not None and raw.is_valid:
+                held.busy = True  # the request's bare connection (``request_connection``)
+                self._held = held
+                return raw.driver_connection
+        self._held = None
         self._pooled = _pooled_connection(self._engine)
         self._conn = conn = await self._pooled.__aenter__()
         try:
@@ -332,11 +357,19 @@ class self_scoped_driver:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
     ) -> None:
+        # After a failed or cancelled statement the driver's protocol state is unknown (one caught
+        # mid-operation refuses the next statement with InternalClientError): the connection is
+        # discarded, never handed to another request.
+        held = self._held
+        if held is not None:
+            try:
+                if exc_type is not None and held.raw is not None:
+                    await greenlet_spawn(held.raw.invalidate)
+            finally:
+                held.busy = False
+            return
         try:
             if exc_type is not None:
-                # After a failed or cancelled statement the driver's protocol state is unknown (one
-                # caught mid-operation refuses the next statement with InternalClientError): the
-                # connection is discarded, never handed to another request.
                 await self._conn.invalidate()
         finally:
             await self._pooled.__aexit__(exc_type, exc, tb)
