@@ -13,7 +13,11 @@ The serve entry owns everything process-wide (the app factory owns none of it):
 * **The garbage collector** is paused while a serving process starts (:func:`collector_paused`:
   start-up is imports), the imports are frozen as they are (:func:`import_app`), and the rest is
   settled once the server has started (:func:`settle_garbage_collector`).
-* **Workers** (``--workers N``, :class:`Supervisor`): N spawned processes share the socket; each
+* **Workers** (``--workers N``, :class:`Supervisor`): N spawned processes serve the port. On Linux
+  each listens on a socket of its own (``SO_REUSEPORT``, :func:`listening_socket`) and the kernel
+  spreads new connections evenly over them by their addresses; on one shared socket whichever
+  worker woke first took most of them, so long-lived streams piled onto one process. The
+  supervisor's socket keeps the port bound and never listens. Elsewhere the workers share it. Each
   follows its supervisor (``PR_SET_PDEATHSIG``: a supervisor killed outright takes its workers with
   it), a worker that dies is replaced, and SIGTERM/SIGINT stop them all gracefully.
 * **Observability**: uvicorn's access log is off (``catalog.observability`` writes one structured
@@ -112,7 +116,26 @@ def _worker_main(config: uvicorn.Config, sock: socket.socket) -> None:
     config.configure_logging()
     with contextlib.suppress(KeyboardInterrupt), collector_paused():  # until the server has started
         import_app()
-        CatalogServer(config).run(sockets=[sock])
+        CatalogServer(config).run(sockets=[listening_socket(sock)])
+
+
+def listening_socket(supervisors: socket.socket) -> socket.socket:
+    """The socket this worker listens on: its own, bound to the supervisor's address, when the
+    supervisor's socket allows that (``SO_REUSEPORT``, set by `catalog serve` on Linux for several
+    workers), so the kernel balances connections between the workers; else the supervisor's."""
+    if not getattr(socket, "SO_REUSEPORT", None) or not supervisors.getsockopt(
+        socket.SOL_SOCKET, socket.SO_REUSEPORT
+    ):
+        return supervisors
+    own = socket.socket(supervisors.family, socket.SOCK_STREAM)
+    own.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if supervisors.family == socket.AF_INET6:
+        v6only = supervisors.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY)
+        own.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, v6only)
+    own.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    own.bind(supervisors.getsockname())
+    supervisors.close()  # this process's copy; the supervisor keeps the port bound
+    return own
 
 
 def follow_supervisor() -> None:

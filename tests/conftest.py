@@ -34,6 +34,8 @@ from catalog.serving import CatalogServer
 from catalog.settings import Settings, get_settings
 from tests.admin_support import ADMIN, API, running
 
+pytest_plugins = ["pytester", "tests.failures"]
+
 
 @dataclass(frozen=True)
 class PostgresServer:

@@ -13,13 +13,25 @@ is a row of ``bench/``: keep-alive vs fresh-connection requests through `catalog
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 from pathlib import Path
 
 import httpx
 import pytest
 
-from .processes import Served, borrowed_socket, catalog_env, my_ports, server_side, serving, started
+from .processes import (
+    Served,
+    borrowed_socket,
+    catalog_env,
+    my_ports,
+    server_side,
+    serving,
+    started,
+    worker_of,
+    worker_processes,
+)
 
 ROUTES = ("/healthz", "/readyz", "/openapi.json", "/admin/v1/tenants")
 MAX_CONNECTIONS = 40  # fresh connections tried until every worker has accepted at least one
@@ -53,3 +65,37 @@ def test_every_connection_a_worker_accepts_has_nagle_off(
                 break
         assert len(seen) == workers, f"only {len(seen)} of {workers} workers accepted a connection"
         assert all(seen.values()), f"TCP_NODELAY off on the server side: {seen}"
+
+
+HELD_CONNECTIONS = 64  # open at once, as long-lived streams are
+FAIR_SHARE_FLOOR = 12  # each of 2 workers holds at least this many: missed by chance ~1 in 10^6
+
+
+def test_each_worker_listens_on_its_own_socket_and_connections_spread_evenly(
+    database_url: str, tmp_path: Path
+) -> None:
+    """``--workers 2`` on Linux: each worker has a listening socket of its own on the port
+    (``SO_REUSEPORT``), so the kernel spreads connections over the workers by their addresses. On
+    one shared socket whichever worker woke first took them: 31 of 32 listen streams on one worker
+    were seen."""
+    env = catalog_env(CATALOG_DATABASE_URL=database_url, CATALOG_HOME=str(tmp_path / "home"))
+    with serving("--workers", "2", env=env) as served:
+        started(served, 2)
+        listening = {}  # worker pid -> (device, inode) of its listening socket
+        for worker in worker_processes(served):
+            (fd,) = [c.fd for c in worker.net_connections("tcp") if c.status == "LISTEN"]
+            with borrowed_socket(worker.pid, fd) as sock:
+                assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) == 1
+                stat = os.fstat(sock.fileno())
+                listening[worker.pid] = (stat.st_dev, stat.st_ino)
+        assert len(listening) == 2 and len(set(listening.values())) == 2, listening
+
+        with contextlib.ExitStack() as stack:
+            held: dict[int, int] = dict.fromkeys(listening, 0)
+            for _ in range(HELD_CONNECTIONS):
+                before = my_ports(served)
+                client = stack.enter_context(httpx.Client(base_url=served.base_url, timeout=10))
+                assert client.get("/healthz").json()["status"] == "ok"
+                (port,) = my_ports(served) - before
+                held[worker_of(served, port)] += 1
+            assert min(held.values()) >= FAIR_SHARE_FLOOR, held

@@ -19,6 +19,7 @@ import asyncio
 import os
 import signal
 import socket
+import sys
 
 from catalog.cli.common import Commands
 from catalog.runtime import collector_paused
@@ -36,10 +37,15 @@ def add_commands(commands: Commands) -> None:
     serve.set_defaults(run=serve_command)
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, workers: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if workers > 1 and sys.platform.startswith("linux"):
+        # Each worker then listens on a socket of its own on this port and the kernel spreads new
+        # connections over them (catalog.serving.listening_socket); one shared socket hands most of
+        # them to whichever worker wakes first, long-lived streams included.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
@@ -75,7 +81,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings.ensure_home()
     if settings.behind_pooler:
         settings.listen_url()  # it must be set: one line now, not a failure in every worker
-    sock = _bind(args.host, args.port)
+    sock = _bind(args.host, args.port, args.workers)
     # Until uvicorn runs, SIGTERM unwinds through the finally blocks (which stop the embedded
     # PostgreSQL) instead of killing the process mid-way.
     signal.signal(signal.SIGTERM, _raise_exit)
