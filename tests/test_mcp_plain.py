@@ -22,6 +22,7 @@ import pytest_asyncio
 from catalog.core import reading
 from catalog.core.grants import create_grant, delete_grant
 from catalog.core.principal import Principal
+from catalog.core.resources import LISTING_ENTRY_FIELDS
 from catalog.core.schemas import GrantIn
 from catalog.core.service import Catalog
 from catalog.core.tokens import delete_token, list_tokens
@@ -414,3 +415,14 @@ async def test_a_credentials_next_page_rides_on_its_authentication_until_its_gra
 
     await change_grant(srv, None, grant_id)
     assert listed() == before and asked_again == [None]
+
+
+async def test_a_plain_pages_rows_are_a_listing_entrys_fields_in_order(db: Any) -> None:
+    """``catalog_plain_page``'s page columns (after the principal's) are ``ListingEntry``'s fields
+    in order: the plain list path hands each row's values to the wire by position."""
+    columns = await db.fetchval(
+        "SELECT array_agg(name ORDER BY n) FROM pg_proc,"
+        " unnest(proargnames, proargmodes::text[]) WITH ORDINALITY AS a(name, mode, n)"
+        " WHERE proname = 'catalog_plain_page' AND mode = 't'"
+    )
+    assert tuple(columns[reading.PLAIN_PAGE_LISTED :]) == LISTING_ENTRY_FIELDS

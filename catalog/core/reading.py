@@ -49,8 +49,9 @@ from catalog.core.errors import Forbidden, InvalidInput, NotFound
 from catalog.core.principal import Principal
 from catalog.core.resources import (
     LISTING_COLUMNS,
-    ListingEntry,
+    ListingValues,
     ResourceRecord,
+    entry_values,
     list_page,
     listed_page,
     page_start,
@@ -265,7 +266,7 @@ class PlainPage:
     """A ``resources/list`` page :func:`plain_resources_page` answered, and for whom."""
 
     principal: Principal
-    entries: list[ListingEntry]
+    entries: list[ListingValues]  # each entry's values (the wire entry is made from them directly)
     next_cursor: str | None
 
 
@@ -359,7 +360,7 @@ async def read_plain(
 
 _PLAIN_PAGE = "SELECT * FROM catalog_plain_page($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
 _NO_GUESS = (None, None, None, None, None, "", 0)
-_LISTED = 9  # catalog_plain_page's first listing column (before it: the principal and its grants)
+PLAIN_PAGE_LISTED = 9  # catalog_plain_page's first listing column (before it: the principal and its grants)
 # Credentials whose last page's visibility is remembered (each entry a few hundred bytes).
 GUESSED_CREDENTIALS = 4096
 
@@ -402,12 +403,13 @@ async def plain_resources_page(
     try:
         if visibility == guess and selectors is not _NO_GUESS:
             records, next_cursor = listed_page(
-                catalog, visibility, found[1:], _LISTED, listing=RESOURCE_LISTING, limit=PAGE_SIZE
+                catalog, visibility, found[1:], PLAIN_PAGE_LISTED, listing=RESOURCE_LISTING, limit=PAGE_SIZE
             )
         else:
-            records, next_cursor = await visible_page(
+            found_entries, next_cursor = await visible_page(
                 catalog, visibility, listing=RESOURCE_LISTING, cursor=cursor, limit=PAGE_SIZE
             )
+            records = [entry_values(entry) for entry in found_entries]
     except InvalidCursor:
         return None
     return PlainPage(principal, records, next_cursor)

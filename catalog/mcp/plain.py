@@ -47,7 +47,7 @@ from catalog.core.principal import Principal
 from catalog.core.reading import Content, plain_resources_page, read_plain
 from catalog.core.service import Catalog
 from catalog.mcp.context import LIST_TTL_MS, READ_TTL_MS, cache_scope
-from catalog.mcp.handlers import resource_fields
+from catalog.mcp.handlers import listing_fields
 from catalog.observability import metrics, tracing
 from catalog.observability.context import note_mcp, note_principal
 
@@ -229,7 +229,7 @@ async def plain_answer(
         page = await plain_resources_page(catalog, request.cursor, token=token, principal=principal)
         if page is None:
             return None
-        result: dict[str, Any] = {"resources": [resource_fields(entry) for entry in page.entries]}
+        result: dict[str, Any] = {"resources": [listing_fields(*values) for values in page.entries]}
         if page.next_cursor is not None:
             result["nextCursor"] = page.next_cursor
         return page.principal, result

@@ -1,7 +1,16 @@
 """Resources: the record (:mod:`.record`), the queries (:mod:`.repository`) and the rules
 (:mod:`.service`). Callers import from here."""
 
-from catalog.core.resources.record import METADATA_FIELDS, ListingEntry, ResourceRecord, record_from_row
+from catalog.core.resources.record import (
+    LISTING_ENTRY_FIELDS,
+    METADATA_FIELDS,
+    ListingEntry,
+    ListingValues,
+    ResourceRecord,
+    effective_annotations,
+    entry_values,
+    record_from_row,
+)
 from catalog.core.resources.repository import (
     LISTING_COLUMNS,
     RESOURCE_SEARCH_TEXT,
@@ -34,16 +43,20 @@ from catalog.core.resources.service import (
 __all__ = [
     "DEFAULT_PAGE",
     "LISTING_COLUMNS",
+    "LISTING_ENTRY_FIELDS",
     "MAX_PAGE",
     "METADATA_FIELDS",
     "RESOURCE_SEARCH_TEXT",
     "ListingEntry",
     "ListingFilter",
+    "ListingValues",
     "ResourceRecord",
     "TreeEntry",
     "create_resource",
     "cursor_after",
     "delete_resource",
+    "effective_annotations",
+    "entry_values",
     "folder_of",
     "get_resource",
     "get_version",

@@ -5,8 +5,9 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -31,7 +32,9 @@ METADATA_FIELDS = (
 
 def effective_annotations(annotations: dict[str, Any] | None, content_changed_at: datetime) -> dict[str, Any]:
     """Annotations as served: ``lastModified`` defaults to the last content change."""
-    served = dict(annotations or {})
+    if not annotations:  # most resources: a page of them builds this a hundred times
+        return {"lastModified": _iso(content_changed_at)}
+    served = dict(annotations)
     served.setdefault("lastModified", _iso(content_changed_at))
     return served
 
@@ -54,6 +57,13 @@ class ListingEntry:
 
     def effective_annotations(self) -> dict[str, Any]:
         return effective_annotations(self.annotations, self.content_changed_at)
+
+
+# A listing entry's values as a tuple in its fields' order: what the plain list path passes from
+# the rows to the wire without building a ``ListingEntry`` for each (a page has a hundred).
+ListingValues = tuple[Any, ...]
+LISTING_ENTRY_FIELDS = tuple(entry_field.name for entry_field in fields(ListingEntry))
+entry_values: Callable[[ListingEntry], ListingValues] = operator.attrgetter(*LISTING_ENTRY_FIELDS)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ service (:mod:`catalog.core.resources.service`) decides and calls these; visibil
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from catalog.core.resources.record import ListingEntry, ResourceRecord, record_from_row
+from catalog.core.resources.record import ListingEntry, ListingValues, ResourceRecord, record_from_row
 from catalog.core.uris import uri_prefix_upper_bound
 from catalog.core.visibility import Visibility
 from catalog.db.bulk import insert_rows
@@ -322,13 +321,10 @@ async def visible_page_rows(
     return from_rows(ListingEntry, found)
 
 
-LISTING_ENTRY_COLUMNS = tuple(field.name for field in dataclasses.fields(ListingEntry))
-
-
-def listing_entries(rows: Sequence[Any], first: int) -> list[ListingEntry]:
-    """Entries from rows whose columns from position ``first`` on are a listing entry's fields in
-    order (``catalog_plain_page``'s page rows, after the principal's columns)."""
-    return from_rows(ListingEntry, [tuple(row)[first:] for row in rows], LISTING_ENTRY_COLUMNS)
+def listing_values(rows: Sequence[Any], first: int) -> list[ListingValues]:
+    """Entries' values from rows whose columns from position ``first`` on are a listing entry's
+    fields in order (``catalog_plain_page``'s page rows, after the principal's columns)."""
+    return [row[first:] for row in rows]
 
 
 async def page_rows(

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -28,7 +29,7 @@ from catalog.core.cursors import decode_cursor, encode_cursor
 from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound, PreconditionFailed, TooLarge
 from catalog.core.principal import Principal
 from catalog.core.resources import repository as rows
-from catalog.core.resources.record import METADATA_FIELDS, ListingEntry, ResourceRecord
+from catalog.core.resources.record import METADATA_FIELDS, ListingEntry, ListingValues, ResourceRecord
 from catalog.core.resources.repository import NO_FILTER, ListingFilter
 from catalog.core.schemas import DIRECTORY_MIME_TYPE, ResourceIn, ResourcePatch, column_values
 from catalog.core.service import Catalog
@@ -388,7 +389,7 @@ async def list_page(
     return page_of(catalog, visibility, records, listing=listing, limit=limit, filters=filters)
 
 
-Entry = TypeVar("Entry", bound=ListingEntry)
+Entry = TypeVar("Entry")  # a ListingEntry, or a ListingValues tuple (``uri_of`` then says where its URI is)
 
 
 async def visible_page(
@@ -406,10 +407,17 @@ async def visible_page(
 
 def listed_page(
     catalog: Catalog, visibility: Visibility, found: Sequence[Any], first: int, *, listing: str, limit: int
-) -> tuple[list[ListingEntry], str | None]:
-    """:func:`visible_page`'s answer from up to ``limit + 1`` rows a caller's own statement read
-    with ``visibility``'s selectors (``catalog_plain_page``), their entry columns from ``first`` on."""
-    return page_of(catalog, visibility, rows.listing_entries(found, first), listing=listing, limit=limit)
+) -> tuple[list[ListingValues], str | None]:
+    """:func:`visible_page`'s answer, as each entry's values (``ListingValues``), from up to
+    ``limit + 1`` rows a caller's own statement read with ``visibility``'s selectors
+    (``catalog_plain_page``), their entry columns from ``first`` on."""
+    return page_of(
+        catalog, visibility, rows.listing_values(found, first), listing=listing, limit=limit, uri_of=_first
+    )
+
+
+def _first(values: ListingValues) -> str:
+    return str(values[0])  # an entry's URI: its first field
 
 
 def page_start(
@@ -438,13 +446,14 @@ def page_of(
     listing: str,
     limit: int,
     filters: ListingFilter = NO_FILTER,
+    uri_of: Callable[[Entry], str] = operator.attrgetter("uri"),
 ) -> tuple[list[Entry], str | None]:
     """A page from up to ``limit + 1`` records: the first ``limit``, and the cursor after them when
     there was one more."""
     if len(records) <= limit:
         return records, None
     records = records[:limit]
-    return records, cursor_after(catalog, visibility, records[-1].uri, listing=listing, filters=filters)
+    return records, cursor_after(catalog, visibility, uri_of(records[-1]), listing=listing, filters=filters)
 
 
 _METADATA_TIER, _TEXT_TIER = "m", "t"
