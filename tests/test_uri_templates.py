@@ -24,6 +24,7 @@ from catalog.core.uri_templates import (
     expand,
     literal_prefix,
     match,
+    match_values,
     parse_template,
     render_body,
     simple_matcher,
@@ -192,6 +193,28 @@ def test_the_simple_matcher_matches_exactly_as_the_sdk(raw: str, data: st.DataOb
             else dict(zip(sdk.variable_names, map(unquote, found.groups()), strict=True))
         )
         assert ours == sdk.match(uri), (raw, uri)
+
+
+@settings(max_examples=400, deadline=None)
+@given(tail=simple_templates(), data=st.data())
+def test_completion_reads_a_rows_values_as_match_does(tail: str, data: st.DataObject) -> None:
+    """``match_values`` (what completion reads of each row) is ``match``'s mapping, name by name,
+    percent-decoding included, on the template's own expansions and on other URIs."""
+    try:
+        parsed = parse_template("test://h/" + tail)
+    except InvalidTemplate:
+        assume(False)
+        return
+    assume(parsed.simple is not None)
+    values = {name: data.draw(st.text(alphabet=_TRICKY, max_size=5)) for name in parsed.variable_names}
+    names = (*reversed(parsed.variable_names), "not-a-variable")
+    for uri in (
+        parsed.uri_template.expand(values),
+        "test://h/" + data.draw(st.text(alphabet=_TRICKY, max_size=12)),
+    ):
+        found = match(parsed, uri)
+        expected = None if found is None else [found.get(name) for name in names]
+        assert match_values(parsed, uri, names) == expected, (parsed.template, uri)
 
 
 def test_expand_gives_a_canonical_uri() -> None:

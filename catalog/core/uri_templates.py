@@ -258,11 +258,30 @@ def match(template: ParsedTemplate | str, uri: str) -> dict[str, str] | None:
         found = parsed.simple.fullmatch(uri)
         if found is None:
             return None
-        return dict(zip(parsed.variable_names, map(unquote, found.groups()), strict=True))
+        return dict(zip(parsed.variable_names, map(_unquoted, found.groups()), strict=True))
     result = parsed.uri_template.match(uri, max_uri_length=MAX_URI_BYTES)
     if result is None:
         return None
     return {name: value for name, value in result.items() if isinstance(value, str)}
+
+
+def match_values(template: ParsedTemplate, uri: str, names: tuple[str, ...]) -> list[str | None] | None:
+    """``match(template, uri)``'s values of ``names`` (None for one it has none for), else ``None``;
+    for a simple template without making the whole mapping (completion matches a row at a time)."""
+    if template.simple is None:
+        found = match(template, uri)
+        return None if found is None else [found.get(name) for name in names]
+    if len(uri) > MAX_URI_BYTES:
+        return None
+    matched = template.simple.fullmatch(uri)
+    if matched is None:
+        return None
+    groups = template.variable_names  # one group per variable, in order; the SDK refuses repeats
+    return [_unquoted(matched.group(groups.index(name) + 1)) if name in groups else None for name in names]
+
+
+def _unquoted(text: str) -> str:
+    return unquote(text) if "%" in text else text  # unquote's answer, without its call for most values
 
 
 def expand(template: ParsedTemplate | str, variables: Mapping[str, str]) -> str:
@@ -407,12 +426,12 @@ class CompletionQuery:
     def extract(self, uri: str) -> str | None:
         """The argument's value in ``uri``, if ``uri`` matches, agrees with the context and the value
         starts with the partial value."""
-        found = match(self.template, uri)
+        found = match_values(self.template, uri, (self.argument, *self.context))
         if found is None:
             return None
-        if any(found.get(name) != value for name, value in self.context.items()):
+        value, *context_values = found
+        if context_values != list(self.context.values()):
             return None
-        value = found.get(self.argument)
         if value is None or not value.startswith(self.partial):
             return None
         return value
