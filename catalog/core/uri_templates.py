@@ -467,13 +467,11 @@ def completion_candidates(
 
 
 def _expanded_prefix(parsed: ParsedTemplate, argument: str, partial: str, context: Mapping[str, str]) -> str:
-    from mcp.shared.uri_template import UriTemplate
-
     raw = parsed.template
     out = [parsed.literal_prefix]
     spans = _expressions(raw)
     for index, (start, end) in enumerate(spans):
-        expression = UriTemplate.parse(raw[start:end])
+        expression = _expression(raw[start:end])
         if raw[start + 1] in "?&":
             break  # query parameters match in any order: no prefix beyond this point
         defined: dict[str, str] = {}
@@ -496,6 +494,15 @@ def _expanded_prefix(parsed: ParsedTemplate, argument: str, partial: str, contex
         following = spans[index + 1][0] if index + 1 < len(spans) else len(raw)
         out.append(raw[end:following])
     return "".join(out)
+
+
+@lru_cache(maxsize=1024)
+def _expression(text: str) -> UriTemplate:
+    """One ``{...}`` expression as the SDK parses it (cached: every completion of a template parses
+    the same ones, and the parsed form is never changed)."""
+    from mcp.shared.uri_template import UriTemplate
+
+    return UriTemplate.parse(text)
 
 
 def _unique_run(value: str) -> tuple[str, bool]:
