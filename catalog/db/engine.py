@@ -105,10 +105,29 @@ def loads_json(text: str | bytes) -> Any:
         return json.loads(text)
 
 
-_BIND_SESSION = (
-    "SELECT set_config('statement_timeout', $1, true),"
-    " CASE WHEN $2 <> '' THEN set_config('role', $2, true) END"
-)
+def _session_settings(session: dict[str, str]) -> list[tuple[str, str]]:
+    """The settings a session would carry, as (name, value) pairs, for one transaction behind a
+    transaction pooler."""
+    settings = [("statement_timeout", session["statement_timeout"])]
+    if session["role"]:
+        settings.append(("role", session["role"]))
+    return settings
+
+
+def _scope_settings(scope: TenantScope) -> list[tuple[str, str]]:
+    """The settings row-level security reads for ``scope`` (migration 0001's policies)."""
+    tenant = "" if scope.tenant_id is None else str(int(scope.tenant_id))
+    return [("catalog.tenant_id", tenant), ("catalog.all_tenants", "on" if scope.all_tenants else "off")]
+
+
+def _set_local(settings: list[tuple[str, str]], *, literal: bool = False) -> str:
+    """One SELECT setting each of ``settings`` for the rest of the transaction: its values as
+    parameters ($1, $2, ...), or as literals for a simple-query message (which takes none)."""
+    values = (_quoted(value) if literal else f"${n}" for n, (_, value) in enumerate(settings, 1))
+    return "SELECT " + ", ".join(
+        f"set_config({_quoted(name)}, {value}, true)"
+        for (name, _), value in zip(settings, values, strict=True)
+    )
 
 
 # The session settings each transaction binds behind a transaction pooler, by engine.
@@ -118,7 +137,8 @@ _POOLER_SESSIONS: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakK
 def _bind_session(conn: Connection, session: dict[str, str]) -> None:
     """What a session would carry, for one transaction behind a transaction pooler (one round trip
     more per transaction; the first statement of the transaction, so everything after obeys it)."""
-    conn.exec_driver_sql(_BIND_SESSION, (session["statement_timeout"], session["role"]))
+    settings = _session_settings(session)
+    conn.exec_driver_sql(_set_local(settings), tuple(value for _, value in settings))
 
 
 def _refuse_closed_connection(dbapi_connection: object, _record: object, _proxy: object) -> None:
@@ -375,20 +395,9 @@ class self_scoped_driver:
             await self._pooled.__aexit__(exc_type, exc, tb)
 
 
-_BIND_SCOPE = text(
-    "SELECT set_config('catalog.tenant_id', :tenant_id, true),"
-    " set_config('catalog.all_tenants', :all_tenants, true)"
-)
-
-
 async def bind_scope(conn: AsyncConnection, scope: TenantScope) -> None:
-    await conn.execute(
-        _BIND_SCOPE,
-        {
-            "tenant_id": "" if scope.tenant_id is None else str(scope.tenant_id),
-            "all_tenants": "on" if scope.all_tenants else "off",
-        },
-    )
+    settings = _scope_settings(scope)
+    await conn.exec_driver_sql(_set_local(settings), tuple(value for _, value in settings))
 
 
 def _quoted(value: str) -> str:
@@ -412,16 +421,9 @@ class scoped_driver:
         statements = ["BEGIN"]
         session = _POOLER_SESSIONS.get(engine.sync_engine)
         if session is not None:
-            statements.append(
-                f"SELECT set_config('statement_timeout', {_quoted(session['statement_timeout'])}, true)"
-                + (f", set_config('role', {_quoted(session['role'])}, true)" if session["role"] else "")
-            )
-        tenant = "" if scope.tenant_id is None else str(int(scope.tenant_id))
-        statements.append(
-            f"SELECT set_config('catalog.tenant_id', {_quoted(tenant)}, true),"
-            f" set_config('catalog.all_tenants', {_quoted('on' if scope.all_tenants else 'off')}, true)"
-        )
-        self._begin = "; ".join(statements)
+            statements.append(_set_local(_session_settings(session), literal=True))
+        statements.append(_set_local(_scope_settings(scope), literal=True))
+        self._begin = "; ".join(statements)  # no parameters: one simple-query message
         self._inner = self_scoped_driver(engine)
 
     async def __aenter__(self) -> asyncpg.Connection:
