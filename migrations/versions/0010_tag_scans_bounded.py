@@ -1,0 +1,82 @@
+"""A sparse page's tag scans bounded by the index: catalog_visible_page, its tag part rewritten.
+
+Each tag grant's scan read ``resource_tags`` in URI order with ``t.uri <= v_last`` (the page's last
+URI from the prefix ranges, when they filled a page) written as ``(v_last IS NULL OR t.uri <=
+v_last)``. That cannot be an index condition, so it was a filter: a tag whose resources all lie
+past the page's last URI was read to its end, every entry removed by the filter (at 1,000,000
+resources, five tag grants of 400 resources each: 2,000 index entries and heap fetches for a first
+page, about a millisecond of its 2.5; a tag of a million resources would be read whole).
+
+Now each tag is scanned twice over, as two branches of which only one runs: without ``v_last``
+(``v_last IS NULL``, a one-time filter the planner decides before scanning) and with it as an index
+condition (``t.uri <= v_last``, no rows at all when it is NULL). Either reads at most ``p_limit``
+entries a tag, and none past the page's last URI. The rest of the function is 0008's, unchanged;
+downgrade restores 0008's.
+
+Revision ID: 0010
+Revises: 0009
+Create Date: 2026-12-04 17:30:00.000000
+"""
+
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+
+from alembic import op
+
+revision: str = "0010"
+down_revision: str | None = "0009"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+FILTERED_TAG_SCAN = """
+                        SELECT scan.uri
+                        FROM unnest(p_tags) AS g(tag)
+                        CROSS JOIN LATERAL (
+                            SELECT t.uri FROM resource_tags AS t
+                            WHERE t.tenant_id = p_tenant AND t.tag = g.tag AND t.uri > p_after
+                              AND (v_last IS NULL OR t.uri <= v_last)
+                            ORDER BY t.uri LIMIT p_limit
+                        ) AS scan
+"""
+
+BOUNDED_TAG_SCANS = """
+                        SELECT scan.uri
+                        FROM unnest(p_tags) AS g(tag)
+                        CROSS JOIN LATERAL (
+                            SELECT t.uri FROM resource_tags AS t
+                            WHERE t.tenant_id = p_tenant AND t.tag = g.tag AND t.uri > p_after
+                              AND v_last IS NULL
+                            ORDER BY t.uri LIMIT p_limit
+                        ) AS scan
+                        UNION
+                        SELECT scan.uri
+                        FROM unnest(p_tags) AS g(tag)
+                        CROSS JOIN LATERAL (
+                            SELECT t.uri FROM resource_tags AS t
+                            WHERE t.tenant_id = p_tenant AND t.tag = g.tag AND t.uri > p_after
+                              AND t.uri <= v_last
+                            ORDER BY t.uri LIMIT p_limit
+                        ) AS scan
+"""
+
+
+def _visible_page_0008() -> str:
+    """0008's ``CREATE FUNCTION catalog_visible_page`` (read from that script: one text of it)."""
+    path = Path(__file__).with_name("0008_plain_read.py")
+    spec = importlib.util.spec_from_file_location("catalog_migration_0008", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (statement,) = [sql for sql in module.UPGRADE_SQL if "FUNCTION catalog_visible_page" in sql]
+    return statement.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+
+
+def upgrade() -> None:
+    statement = _visible_page_0008()
+    assert statement.count(FILTERED_TAG_SCAN) == 1, "0008's tag scan is not where 0010 expects it"
+    op.execute(statement.replace(FILTERED_TAG_SCAN, BOUNDED_TAG_SCANS))
+
+
+def downgrade() -> None:
+    op.execute(_visible_page_0008())
