@@ -29,36 +29,23 @@ down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-FILTERED_TAG_SCAN = """
+# One tag grant's scan in 0008's text, with its bound on the page's last URI left open.
+TAG_SCAN = """
                         SELECT scan.uri
                         FROM unnest(p_tags) AS g(tag)
                         CROSS JOIN LATERAL (
                             SELECT t.uri FROM resource_tags AS t
                             WHERE t.tenant_id = p_tenant AND t.tag = g.tag AND t.uri > p_after
-                              AND (v_last IS NULL OR t.uri <= v_last)
+                              AND {bound}
                             ORDER BY t.uri LIMIT p_limit
                         ) AS scan
 """
-
-BOUNDED_TAG_SCANS = """
-                        SELECT scan.uri
-                        FROM unnest(p_tags) AS g(tag)
-                        CROSS JOIN LATERAL (
-                            SELECT t.uri FROM resource_tags AS t
-                            WHERE t.tenant_id = p_tenant AND t.tag = g.tag AND t.uri > p_after
-                              AND v_last IS NULL
-                            ORDER BY t.uri LIMIT p_limit
-                        ) AS scan
-                        UNION
-                        SELECT scan.uri
-                        FROM unnest(p_tags) AS g(tag)
-                        CROSS JOIN LATERAL (
-                            SELECT t.uri FROM resource_tags AS t
-                            WHERE t.tenant_id = p_tenant AND t.tag = g.tag AND t.uri > p_after
-                              AND t.uri <= v_last
-                            ORDER BY t.uri LIMIT p_limit
-                        ) AS scan
-"""
+FILTERED_TAG_SCAN = TAG_SCAN.format(bound="(v_last IS NULL OR t.uri <= v_last)")  # 0008's
+BOUNDED_TAG_SCANS = (
+    TAG_SCAN.format(bound="v_last IS NULL")
+    + "                        UNION"
+    + TAG_SCAN.format(bound="t.uri <= v_last")
+)
 
 
 def _visible_page_0008() -> str:
