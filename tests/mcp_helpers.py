@@ -343,3 +343,86 @@ class LegacyInbox:
         while not isinstance(event := await self.next(within), ResourceUpdated):
             pass
         return event
+
+
+class RawListen:
+    """A ``subscriptions/listen`` over raw HTTP in the test's loop: the SSE ``data`` lines as sent
+    (``lines``) and parsed (``messages``), each new one waited for with :meth:`next`.
+    ``through_sdk`` adds a progress token to the envelope, which keeps the listen off the plain
+    path (``catalog.mcp.plain_listen``) and on the SDK's."""
+
+    def __init__(
+        self,
+        served: Served,
+        notifications: dict[str, Any],
+        *,
+        id: Any = 1,
+        token: str | None = None,
+        bearer: str | None = None,
+        through_sdk: bool = False,
+    ) -> None:
+        meta = {**envelope(), "progressToken": "to-the-sdk"} if through_sdk else envelope()
+        self.body = {
+            "jsonrpc": "2.0",
+            "id": id,
+            "method": "subscriptions/listen",
+            "params": {"_meta": meta, "notifications": notifications},
+        }
+        self.headers = modern_headers("subscriptions/listen")
+        if token is not None:
+            bearer = served.token(token)
+        if bearer is not None:
+            self.headers["Authorization"] = f"Bearer {bearer}"
+        self.url = served.mcp_url
+        self.lines: list[str] = []
+        self.messages: list[dict[str, Any]] = []
+        self.ended = asyncio.Event()
+        self._arrived = asyncio.Event()
+        self._read = 0
+
+    async def _pump(self, response: httpx.Response) -> None:
+        try:
+            async for line in response.aiter_lines():
+                if line.startswith("data:") and line[5:].strip():
+                    self.lines.append(line[5:].strip())
+                    self.messages.append(json.loads(line[5:]))
+                    self._arrived.set()
+        except httpx.HTTPError:
+            pass
+        finally:
+            self.ended.set()
+            self._arrived.set()
+
+    async def next(self, within: float = 10.0) -> dict[str, Any]:
+        """The next message not yet taken, waiting for it."""
+        async with asyncio.timeout(within):
+            while self._read >= len(self.messages):
+                if self.ended.is_set():
+                    raise AssertionError(f"the stream ended after {self.messages}")
+                self._arrived.clear()
+                await self._arrived.wait()
+        self._read += 1
+        return self.messages[self._read - 1]
+
+    async def wait_ended(self, within: float = 10.0) -> None:
+        async with asyncio.timeout(within):
+            await self.ended.wait()
+
+    @contextlib.asynccontextmanager
+    async def opened(self) -> AsyncIterator[RawListen]:
+        """The stream, open (its response's status and headers read); closed on leaving."""
+        async with (
+            httpx.AsyncClient(timeout=30) as http,
+            http.stream("POST", self.url, json=self.body, headers=self.headers) as response,
+        ):
+            self.status = response.status_code
+            self.content_type = response.headers.get("content-type", "")
+            if not self.content_type.startswith("text/event-stream"):  # an error answered as JSON
+                self.messages.append(json.loads(await response.aread()))
+            pump = asyncio.ensure_future(self._pump(response))
+            try:
+                yield self
+            finally:
+                pump.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pump

@@ -220,7 +220,7 @@ async def test_raw_stream_is_sse_tagged_with_the_listen_id_and_ends_gracefully_o
                     )
                     with anyio.fail_after(WAIT):
                         assert await anyio.to_thread.run_sync(tagged_notified.wait, WAIT)
-                    s.app.state.mcp.listen.close()  # what shutdown does first
+                    s.app.state.mcp.close_streams()  # what shutdown does first
         finally:
             await engine.dispose()
     assert tagged[0].startswith("text/event-stream")

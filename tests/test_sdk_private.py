@@ -9,10 +9,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 import pytest_asyncio
-from mcp.client.subscriptions import ResourceUpdated
 
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_resource
@@ -20,7 +18,7 @@ from catalog.core.schemas import ResourceIn
 from catalog.core.service import Catalog
 from catalog.db.engine import create_engine
 from catalog.mcp.sdk_private import PRIVATE_NAMES
-from tests.mcp_helpers import Served, mcp_settings, module_database, served
+from tests.mcp_helpers import RawListen, Served, mcp_settings, module_database, served
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -46,9 +44,13 @@ async def srv(postgres_server: Any, template_database: str, tmp_path: Path) -> A
 
 
 async def test_a_listen_delivery_takes_the_fast_path(srv: Served) -> None:
+    """A listen the SDK serves (a progress token keeps it off ``catalog.mcp.plain_listen``) has its
+    deliveries written to the SDK's response sink, not re-serialised by the SDK."""
     listen = srv.app.state.mcp.listen
     before = listen.frames_sent
-    async with srv.client() as client, client.listen(resource_subscriptions=[WATCHED]) as sub:
+    stream = RawListen(srv, {"resourceSubscriptions": [WATCHED]}, through_sdk=True)
+    async with stream.opened():
+        await stream.next()  # the ack
         body = {"uri": WATCHED, "name": "watched", "mimeType": "text/plain", "text": "changed"}
         settings = srv.app.state.settings
         engine = create_engine(settings.async_database_url(), pool_size=1, max_overflow=0)
@@ -59,7 +61,6 @@ async def test_a_listen_delivery_takes_the_fast_path(srv: Served) -> None:
             )
         finally:
             await engine.dispose()
-        with anyio.fail_after(10):
-            event = await anext(aiter(sub))
-    assert event == ResourceUpdated(uri=WATCHED)
+        event = await stream.next()
+    assert event["params"] == {"uri": WATCHED, "_meta": {"io.modelcontextprotocol/subscriptionId": 1}}
     assert listen.frames_sent == before + 1  # written to the SDK's response sink, not re-serialised

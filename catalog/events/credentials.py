@@ -41,25 +41,35 @@ class CredentialHold:
     token_id: int | None
     expires_at: datetime | None
     reason: EndReason | None = None
+    # Called when the hold ends or its expiry moves: a stream that waits on other things as well
+    # (``catalog.mcp.plain_listen``) is woken by it instead of waiting in :meth:`ended`.
+    on_change: Callable[[], None] | None = None
     _wake: anyio.Event = field(default_factory=anyio.Event)
 
     def end(self, reason: EndReason) -> None:
         if self.reason is None:
             self.reason = reason
             self._wake.set()
+            if self.on_change is not None:
+                self.on_change()
 
     def renew(self, expires_at: datetime | None) -> None:
         """The credential is still live, with this expiry (it may have moved either way)."""
         self.expires_at = expires_at
         self._wake.set()
+        if self.on_change is not None:
+            self.on_change()
+
+    def seconds_left(self) -> float:
+        """Seconds until the credential expires (infinite without an expiry; <= 0 once it has)."""
+        if self.expires_at is None:
+            return math.inf
+        return (self.expires_at - datetime.now(UTC)).total_seconds()
 
     async def ended(self) -> EndReason:
         """Wait until the credential is revoked or expires."""
         while self.reason is None:
-            if self.expires_at is None:
-                remaining = math.inf
-            else:
-                remaining = (self.expires_at - datetime.now(UTC)).total_seconds()
+            remaining = self.seconds_left()
             if remaining <= 0:
                 self.end("expired")
                 break

@@ -45,6 +45,7 @@ from catalog.mcp.plain import (
     received_body,
     replaying,
 )
+from catalog.mcp.plain_listen import PlainListens
 from catalog.mcp.server import UNAVAILABLE_MESSAGE
 from catalog.mcp.sessions import LegacySessions
 from catalog.observability.context import note_principal
@@ -62,6 +63,10 @@ class EdgeHost(Protocol):
     settings: Settings
     sessions: LegacySessions
     streams: StreamQuotas
+    plain_listens: PlainListens
+
+    @property
+    def plain_listens_open(self) -> bool: ...
 
     @property
     def running_catalog(self) -> Catalog | None: ...
@@ -236,6 +241,17 @@ class McpEdge:
                 )(scope, receive, send)
                 return
             with stream_open(is_modern_request(scope)):
+                if is_modern_request(scope) and self.host.plain_listens_open and plain_answers_enabled():
+                    body = await received_body(receive)
+                    if body is None:
+                        return  # the client went away before its request was complete
+                    request = plain_request(scope, body)
+                    if request is not None and request.notifications is not None:
+                        await self.host.plain_listens.serve(
+                            scope, receive, send, principal, request.request_id, request.notifications
+                        )
+                        return
+                    receive = replaying(body, receive)
                 await self._dispatch(scope, receive, send)
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -30,6 +30,7 @@ from catalog.core.service import Catalog
 from catalog.mcp.asgi import McpEdge
 from catalog.mcp.context import MCP_PATH
 from catalog.mcp.listen import ListenStreams
+from catalog.mcp.plain_listen import PlainListens
 from catalog.mcp.server import build_server
 from catalog.mcp.sessions import LegacySessions
 from catalog.settings import Settings
@@ -49,6 +50,7 @@ class McpEndpoint:
         self._catalog: Catalog | None = None
         self.modern: StreamableHTTPSessionManager | None = None
         self.listen = ListenStreams(self)
+        self.plain_listens = PlainListens(self)
         self.sessions = LegacySessions(self, idle_seconds=settings.session_idle_seconds)
         self.server = build_server(
             self, signing_key=settings.signing_key(), listen=self.listen, sessions=self.sessions
@@ -80,6 +82,17 @@ class McpEndpoint:
         """The catalog's event hub (``catalog.events.hub.EventHub``), once the events module runs."""
         return self._catalog.event_hub if self._catalog is not None else None
 
+    @property
+    def plain_listens_open(self) -> bool:
+        """Whether a plain listen may start here: the events run and the streams are not closing
+        (otherwise the SDK path answers it, as it always has)."""
+        return self.hub is not None and not self.listen.closed
+
+    def close_streams(self) -> None:
+        """End every listen stream, on either path, with its result (SUB-10)."""
+        self.listen.close()
+        self.plain_listens.close()
+
     @contextlib.asynccontextmanager
     async def run(self, catalog: Catalog, stopping: anyio.Event) -> AsyncIterator[None]:
         """The lifespan hook: both eras' transports; streams end when the app starts to stop."""
@@ -94,14 +107,14 @@ class McpEndpoint:
             try:
                 yield
             finally:
-                self.listen.close()
+                self.close_streams()
                 self.modern = None
                 tasks.cancel_scope.cancel()
         self._catalog = None
 
     async def _close_when(self, stopping: anyio.Event) -> None:
         await stopping.wait()
-        self.listen.close()
+        self.close_streams()
 
 
 def install(app: FastAPI) -> McpEndpoint:

@@ -37,6 +37,22 @@ class ListenHost(Protocol):
     @property
     def hub(self) -> Any: ...  # catalog.events.hub.EventHub | None
 
+    @property
+    def server_info(self) -> dict[str, Any]: ...
+
+
+def listen_terms(
+    requested: types.SubscriptionFilter, *, live: bool
+) -> tuple[dict[str, str], types.SubscriptionFilter]:
+    """What a listen is honoured (SUB-3): the valid requested URIs (as sent -> canonical) and the
+    filter its ack names; nothing without a live event hub."""
+    uris = honoured_uris(requested.resource_subscriptions or ()) if live else {}
+    honoured = types.SubscriptionFilter(
+        resources_list_changed=True if (live and requested.resources_list_changed) else None,
+        resource_subscriptions=list(uris) if (live and requested.resource_subscriptions) else None,
+    )
+    return uris, honoured
+
 
 def as_subscribed(delivery: Delivery, subscriptions: Mapping[str, str]) -> Delivery:
     """The delivery with each updated URI the client subscribed to named as the client spelt it
@@ -106,14 +122,8 @@ class ListenStreams:
         if sid is None:
             raise MCPError(types.INVALID_REQUEST, "subscriptions/listen needs a request id")
         principal = principal_of(ctx)
-        requested = params.notifications
         hub = self._host.hub
-        live = hub is not None
-        uris = honoured_uris(requested.resource_subscriptions or ()) if live else {}
-        honoured = types.SubscriptionFilter(
-            resources_list_changed=True if (live and requested.resources_list_changed) else None,
-            resource_subscriptions=list(uris) if (live and requested.resource_subscriptions) else None,
-        )
+        uris, honoured = listen_terms(params.notifications, live=hub is not None)
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: sid}  # same JSON type as the request id
         sink = listen_sink(ctx)
 

@@ -31,8 +31,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import mcp_types as types
 import orjson
-from mcp.server.streamable_http import CONTENT_TYPE_JSON
+from mcp.server.streamable_http import CONTENT_TYPE_JSON, CONTENT_TYPE_SSE
 from mcp.shared.inbound import (
     MCP_METHOD_HEADER,
     InboundModernRoute,
@@ -54,10 +55,12 @@ from catalog.observability.context import note_mcp, note_principal
 READ = "resources/read"
 LIST = "resources/list"
 COMPLETE = "completion/complete"
+LISTEN = "subscriptions/listen"  # a stream, served by ``catalog.mcp.plain_listen``
 PARAMS = {
     READ: frozenset({"_meta", "uri"}),
     LIST: frozenset({"_meta", "cursor"}),
     COMPLETE: frozenset({"_meta", "ref", "argument", "context"}),
+    LISTEN: frozenset({"_meta", "notifications"}),
 }
 # The handlers' cache hints (``catalog.mcp.server``): completion has none.
 TTL_MS = {READ: READ_TTL_MS, LIST: LIST_TTL_MS}
@@ -87,6 +90,7 @@ class PlainRequest:
     argument: str = ""  # completion/complete: the argument, its partial value, the others known
     partial: str = ""
     context: dict[str, str] | None = None
+    notifications: types.SubscriptionFilter | None = None  # subscriptions/listen
 
 
 def names_plain_method(scope: Scope) -> bool:
@@ -100,10 +104,13 @@ def plain_answers_enabled() -> bool:
     return tracing.tracer() is None
 
 
-def _accepts_json(accept: str) -> bool:
-    # The SDK's rule (``check_accept_headers``) for a JSON-response server.
-    types = {part.split(";")[0].strip().lower() for part in accept.split(",")}
-    return bool(types & {"*/*", "application/*", CONTENT_TYPE_JSON})
+def _accepted(accept: str) -> tuple[bool, bool]:
+    """Whether ``accept`` takes JSON, and SSE: the SDK's rule (``check_accept_headers``)."""
+    media = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+    wildcard = bool(media & {"*/*"})
+    json_ok = wildcard or bool(media & {"application/*", CONTENT_TYPE_JSON})
+    sse_ok = wildcard or bool(media & {"text/*", CONTENT_TYPE_SSE})
+    return json_ok, sse_ok
 
 
 def plain_request(scope: Scope, body: bytes) -> PlainRequest | None:
@@ -112,7 +119,8 @@ def plain_request(scope: Scope, body: bytes) -> PlainRequest | None:
     headers = Headers(scope=scope)
     if headers.get("content-type", "").split(";")[0].strip().lower() != CONTENT_TYPE_JSON:
         return None
-    if not _accepts_json(headers.get("accept", "")):
+    accepts_json, accepts_sse = _accepted(headers.get("accept", ""))
+    if not accepts_json:
         return None
     if find_duplicated_routing_header((name.decode("latin-1"), "") for name, _ in scope["headers"]):
         return None
@@ -145,6 +153,8 @@ def plain_request(scope: Scope, body: bytes) -> PlainRequest | None:
     if method == LIST:
         cursor = params.get("cursor")
         return PlainRequest(method, request_id, cursor=cursor) if isinstance(cursor, str | None) else None
+    if method == LISTEN:
+        return _listen_request(request_id, params) if accepts_sse else None
     return _completion_request(request_id, params)
 
 
@@ -184,6 +194,24 @@ def _completion_request(request_id: str | int, params: dict[str, Any]) -> PlainR
         partial=argument["value"],
         context=known,
     )
+
+
+_FLAGS = ("resourcesListChanged", "toolsListChanged", "promptsListChanged")
+_FILTER_KEYS = frozenset({*_FLAGS, "resourceSubscriptions"})
+
+
+def _listen_request(request_id: str | int, params: dict[str, Any]) -> PlainRequest | None:
+    """A listen whose filter is the SDK model's fields with their own JSON types (an extension's
+    key, a flag spelt as a string, anything else is the SDK's to read)."""
+    requested = params.get("notifications")
+    if not isinstance(requested, dict) or not requested.keys() <= _FILTER_KEYS:
+        return None
+    if not all(isinstance(requested.get(flag), bool | None) for flag in _FLAGS):
+        return None
+    uris = requested.get("resourceSubscriptions")
+    if uris is not None and not (isinstance(uris, list) and all(isinstance(uri, str) for uri in uris)):
+        return None
+    return PlainRequest(LISTEN, request_id, notifications=types.SubscriptionFilter.model_validate(requested))
 
 
 def content_fields(content: Content) -> dict[str, Any]:

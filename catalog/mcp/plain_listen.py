@@ -1,0 +1,332 @@
+"""Plain ``subscriptions/listen`` streams: SSE frames written straight to each connection.
+
+Through the SDK a listen stream is a request that never ends: its stateless request machinery (a
+task group of three tasks, a memory stream, the dispatch context and the request's models) plus
+the handler's own task group, hub subscription and watch, all held for as long as the stream is
+open: about 66 KiB of a worker's memory per idle stream, and one decision and one trip through
+the SDK's writer per stream per delivery (issue 13 item 4: 10,000 streams, under 32 KiB each).
+
+A plainly valid listen (``catalog.mcp.plain.plain_request``) is served here instead:
+
+* Streams that would be told exactly the same things share one :class:`ListenGroup`: the same
+  principal (so the same grants), the same honoured filter and the same URIs as the client spelt
+  them. A group holds the one hub subscription and the one :class:`~catalog.core.watching.Watch`
+  (the same visibility rule, decided once per delivery, not once per stream).
+* A delivery's frames are rendered once per group with a hole where each stream's
+  ``_meta.subscriptionId`` goes (:func:`delivery_templates`); the group fills each stream's hole
+  and queues the frames on it, never awaiting a client.
+* Each stream (:class:`PlainStream`) is the connection's own task writing what is queued, a
+  keep-alive comment after 15 s of silence (the SDK's interval), and its end: the listen's result
+  when the server stops (SUB-10), the credential's error when it is revoked or expires, nothing
+  when the client went away (one more task waits for that). A stream whose client reads too
+  slowly to keep up ends as the SDK path's stream does when the hub drops a slow consumer.
+
+The bytes are the SDK path's (``tests/test_plain_listen.py`` compares the two streams frame for
+frame); everything else about a listen (quotas, authentication, the ack's terms) has one author,
+shared with the SDK path in ``catalog.mcp.listen``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import mcp_types as types
+from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
+from starlette.types import Receive, Scope, Send
+
+from catalog.core.principal import Principal
+from catalog.core.watching import Delivery, Watch, open_watch
+from catalog.events.credentials import CredentialHold
+from catalog.mcp.context import CREDENTIAL_ENDED
+from catalog.mcp.listen import (
+    ListenHost,
+    as_subscribed,
+    credential_ended,
+    delivery_notifications,
+    listen_terms,
+)
+from catalog.mcp.wire import SSE_HEADERS, SSE_KEEPALIVE, dumps, error_message, sse_frame
+from catalog.observability import metrics
+from catalog.observability.context import note_mcp
+
+logger = logging.getLogger("catalog.mcp")
+
+LISTEN = "subscriptions/listen"
+PING_INTERVAL_S = 15.0  # the SDK's own keep-alive interval for a committed SSE response
+MAX_BACKLOG = 1024  # frames a stream may hold unsent: a client that falls this far behind is slow
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+# The hole for a stream's subscription id in a rendered frame: a control character is always
+# escaped in JSON, and no canonical URI holds one, so its encoding appears nowhere else in a frame.
+_SID = "\x00subscriptionId\x00"
+_SID_JSON = dumps(_SID).encode()
+
+GroupKey = tuple[Principal, bool, tuple[tuple[str, str], ...]]
+FrameTemplate = tuple[bytes, bytes]  # a frame around the hole for the subscription id
+
+
+class Ending(enum.Enum):
+    CLOSED = "closed"  # the server stops, or the hub dropped the group: the listen's result
+    REVOKED = "revoked"  # the credential's error (CREDENTIAL_ENDED)
+    EXPIRED = "expired"
+    FAILED = "failed"  # the group could not decide a delivery: an internal error
+    GONE = "gone"  # the client went away: nothing more is written
+
+
+_ERROR_CODES = {
+    Ending.REVOKED: CREDENTIAL_ENDED,
+    Ending.EXPIRED: CREDENTIAL_ENDED,
+    Ending.FAILED: types.INTERNAL_ERROR,
+}
+
+
+def delivery_templates(delivery: Delivery) -> tuple[FrameTemplate, ...]:
+    """The SSE frames of ``delivery`` (``listen.delivery_notifications``), each split at the
+    subscription id's place."""
+    templates: list[FrameTemplate] = []
+    for notification in delivery_notifications(delivery, {SUBSCRIPTION_ID_META_KEY: _SID}):
+        before, after = sse_frame(notification).split(_SID_JSON)
+        templates.append((before, after))
+    return tuple(templates)
+
+
+def acknowledgement_frame(honoured: types.SubscriptionFilter, meta: dict[str, Any]) -> bytes:
+    """``notifications/subscriptions/acknowledged`` as the SDK path sends it."""
+    notifications = honoured.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return sse_frame(
+        {
+            "jsonrpc": "2.0",
+            "method": "notifications/subscriptions/acknowledged",
+            "params": {"_meta": meta, "notifications": notifications},
+        }
+    )
+
+
+def final_frame(
+    ending: Ending, request_id: str | int, meta: dict[str, Any], server_info: dict[str, Any]
+) -> bytes:
+    """The listen's response that ends its stream: its result (SUB-10), or an error."""
+    if ending is Ending.CLOSED:
+        result = {"_meta": {**meta, SERVER_INFO_KEY: server_info}, "resultType": "complete"}
+        return sse_frame({"jsonrpc": "2.0", "id": request_id, "result": result})
+    if ending is Ending.FAILED:
+        return sse_frame(error_message(types.INTERNAL_ERROR, "Internal error", id=request_id))
+    error = credential_ended(ending.value)
+    return sse_frame(error_message(error.code, error.message, id=request_id, data=error.data))
+
+
+class PlainStream:
+    """One plain listen's connection: frames queued by its group, written by its own task."""
+
+    __slots__ = ("_pending", "_sid", "_wake", "ending")
+
+    def __init__(self, request_id: str | int) -> None:
+        self._sid = dumps(request_id).encode()
+        self._pending: list[bytes] = []
+        self._wake: asyncio.Future[None] | None = None
+        self.ending: Ending | None = None
+
+    def push(self, templates: tuple[FrameTemplate, ...]) -> None:
+        """Queue a delivery's frames (never waits: a group serves every stream from one loop)."""
+        if self.ending is not None:
+            return
+        pending = self._pending
+        pending.extend(self._sid.join(template) for template in templates)
+        if len(pending) > MAX_BACKLOG:
+            metrics.EVENTS_DROPPED.labels("slow_consumer").inc(len(pending))
+            pending.clear()
+            self.end(Ending.CLOSED)
+            return
+        self.wake()
+
+    def end(self, ending: Ending) -> None:
+        if self.ending is None:
+            self.ending = ending
+            self.wake()
+
+    def wake(self) -> None:
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    async def _sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` at most; a push, an end or a change of the credential wakes it."""
+        loop = asyncio.get_running_loop()
+        wake = self._wake = loop.create_future()
+        timer = loop.call_later(max(seconds, 0.0), _resolve, wake)
+        try:
+            await wake
+        finally:
+            timer.cancel()
+            self._wake = None
+
+    async def run(self, receive: Receive, send: Send, hold: CredentialHold | None) -> Ending:
+        """Write queued frames and keep-alives until the stream ends; how it ended."""
+        loop = asyncio.get_running_loop()
+        gone = loop.create_task(receive())  # the body is read: the next message is the disconnect
+        gone.add_done_callback(lambda _: self.end(Ending.GONE))
+        try:
+            written = loop.time()
+            while True:
+                if hold is not None:
+                    if hold.reason is None and hold.seconds_left() <= 0:
+                        hold.end("expired")
+                    if hold.reason is not None:
+                        self.end(Ending.REVOKED if hold.reason == "revoked" else Ending.EXPIRED)
+                if self.ending is not None:
+                    return self.ending  # what is still queued is dropped, as a cancelled handler's
+                if self._pending:
+                    frames, self._pending = self._pending, []
+                    await send({"type": "http.response.body", "body": b"".join(frames), "more_body": True})
+                    written = loop.time()
+                    continue
+                quiet = loop.time() - written
+                if quiet >= PING_INTERVAL_S:
+                    await send({"type": "http.response.body", "body": SSE_KEEPALIVE, "more_body": True})
+                    written = loop.time()
+                    continue
+                await self._sleep(
+                    min(PING_INTERVAL_S - quiet, hold.seconds_left() if hold else PING_INTERVAL_S)
+                )
+        finally:
+            gone.cancel()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class ListenGroup:
+    """The streams one principal opened with the same terms: one subscription, one watch."""
+
+    def __init__(self, key: GroupKey, subscription: Any) -> None:
+        self.key = key
+        self.subscription = subscription  # catalog.events.hub.Subscription, registered already
+        self.streams: dict[PlainStream, None] = {}
+        self.ready: asyncio.Future[Watch] = asyncio.get_running_loop().create_future()
+        self.task: asyncio.Task[None] | None = None
+
+    async def run(
+        self, host: ListenHost, uris: dict[str, str], on_end: Callable[[ListenGroup], None]
+    ) -> None:
+        principal, list_changed, _ = self.key
+        ending = Ending.CLOSED
+        try:
+            try:
+                watch = await open_watch(
+                    host.catalog, principal, list_changed=list_changed, uris=uris.values()
+                )
+            except asyncio.CancelledError:
+                self.ready.cancel()
+                raise
+            except Exception as exc:
+                self.ready.set_exception(exc)
+                self.ready.exception()  # retrieved here: each stream waiting for it raises it
+                return
+            self.ready.set_result(watch)
+            async for batch in self.subscription:
+                delivery = await watch.decide(batch)
+                if delivery.empty:
+                    continue
+                templates = delivery_templates(as_subscribed(delivery, uris))
+                for stream in list(self.streams):
+                    stream.push(templates)
+        except Exception:
+            logger.exception("listen: a group of %d streams failed", len(self.streams))
+            ending = Ending.FAILED
+        finally:
+            self.subscription.close()
+            on_end(self)
+            for stream in self.streams:
+                stream.end(ending)
+
+
+class PlainListens:
+    """The plain listen streams of one endpoint, grouped by what they are told."""
+
+    def __init__(self, host: ListenHost) -> None:
+        self._host = host
+        self._groups: dict[GroupKey, ListenGroup] = {}
+        self._streams = 0
+
+    def __len__(self) -> int:
+        return self._streams
+
+    @property
+    def groups(self) -> int:
+        return len(self._groups)
+
+    def _join(self, key: GroupKey, uris: dict[str, str], stream: PlainStream) -> ListenGroup:
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = ListenGroup(key, self._host.hub.subscribe(key[0].tenant_id))
+            group.task = asyncio.get_running_loop().create_task(group.run(self._host, uris, self._forget))
+        group.streams[stream] = None
+        self._streams += 1
+        return group
+
+    def _leave(self, group: ListenGroup, stream: PlainStream) -> None:
+        del group.streams[stream]
+        self._streams -= 1
+        if not group.streams and group.task is not None:
+            group.task.cancel()  # its end forgets it
+            self._forget(group)
+
+    def _forget(self, group: ListenGroup) -> None:
+        if self._groups.get(group.key) is group:
+            del self._groups[group.key]
+
+    async def serve(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        principal: Principal,
+        request_id: str | int,
+        requested: types.SubscriptionFilter,
+    ) -> None:
+        """Serve one listen to its end (the edge holds its stream slot meanwhile)."""
+        started = time.perf_counter()
+        uris, honoured = listen_terms(requested, live=True)
+        meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: request_id}
+        key: GroupKey = (principal, bool(honoured.resources_list_changed), tuple(uris.items()))
+        stream = PlainStream(request_id)
+        metrics.MCP_PLAIN_ANSWERS.labels(LISTEN).inc()
+        credentials = self._host.catalog.credential_watch
+        ending = Ending.GONE
+        with credentials.hold(principal) if credentials is not None else contextlib.nullcontext() as hold:
+            if hold is not None:
+                hold.on_change = stream.wake
+            group = self._join(key, uris, stream)
+            try:
+                await asyncio.shield(group.ready)  # the watch, before the ack (as the SDK path)
+                await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": acknowledgement_frame(honoured, meta),
+                        "more_body": True,
+                    }
+                )
+                ending = await stream.run(receive, send, hold)
+            finally:
+                self._leave(group, stream)
+        code = _ERROR_CODES.get(ending)
+        if ending is not Ending.GONE:
+            body = final_frame(ending, request_id, meta, self._host.server_info)
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+        note_mcp(scope, LISTEN, "2026", code)
+        metrics.MCP_REQUESTS.labels(LISTEN, "2026", "result" if code is None else str(code)).inc()
+        metrics.MCP_DURATION.labels(LISTEN, "2026").observe(time.perf_counter() - started)
+
+    def close(self) -> None:
+        """End every plain stream with the listen's result (SUB-10)."""
+        for group in list(self._groups.values()):
+            for stream in group.streams:
+                stream.end(Ending.CLOSED)
