@@ -242,7 +242,7 @@ UPDATE = delivery_templates(Delivery(updated=(WATCHED,)))
 async def test_a_stream_writes_each_delivery_with_its_own_subscription_id() -> None:
     connection = Connection()
     stream = PlainStream("id-1")
-    running = asyncio.ensure_future(stream.run(connection.receive, connection.send, None))
+    running = asyncio.ensure_future(stream.run(connection.receive, connection.send))
     stream.push(UPDATE)
     await asyncio.wait_for(connection.wrote.wait(), 5)
     connection.drop()
@@ -262,7 +262,7 @@ async def test_a_stream_that_falls_too_far_behind_ends() -> None:
     stream.push(UPDATE)  # one more than a stream may hold unsent
     assert stream.ending is Ending.CLOSED
     connection = Connection()
-    assert await stream.run(connection.receive, connection.send, None) is Ending.CLOSED
+    assert await stream.run(connection.receive, connection.send) is Ending.CLOSED
     assert connection.written == []  # what it held is dropped, as a cancelled handler's
 
 
@@ -270,7 +270,7 @@ async def test_a_quiet_stream_is_kept_alive(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(plain_listen, "PING_INTERVAL_S", 0.05)
     connection = Connection()
     stream = PlainStream(3)
-    running = asyncio.ensure_future(stream.run(connection.receive, connection.send, None))
+    running = asyncio.ensure_future(stream.run(connection.receive, connection.send))
     await asyncio.wait_for(connection.wrote.wait(), 5)
     connection.drop()
     await asyncio.wait_for(running, 5)
@@ -279,10 +279,9 @@ async def test_a_quiet_stream_is_kept_alive(monkeypatch: pytest.MonkeyPatch) -> 
 
 async def test_a_stream_ends_when_its_credential_expires_and_not_before() -> None:
     connection = Connection()
-    stream = PlainStream(4)
     hold = CredentialHold(token_id=1, expires_at=datetime.now(UTC) + timedelta(seconds=0.2))
-    hold.on_change = stream.wake
-    running = asyncio.ensure_future(stream.run(connection.receive, connection.send, hold))
+    stream = PlainStream(4, hold)
+    running = asyncio.ensure_future(stream.run(connection.receive, connection.send))
     stream.push(UPDATE)
     await asyncio.wait_for(connection.wrote.wait(), 5)
     assert not running.done()
@@ -292,10 +291,9 @@ async def test_a_stream_ends_when_its_credential_expires_and_not_before() -> Non
 
 async def test_a_revocation_wakes_a_waiting_stream() -> None:
     connection = Connection()
-    stream = PlainStream(5)
     hold = CredentialHold(token_id=1, expires_at=None)
-    hold.on_change = stream.wake
-    running = asyncio.ensure_future(stream.run(connection.receive, connection.send, hold))
+    stream = PlainStream(5, hold)
+    running = asyncio.ensure_future(stream.run(connection.receive, connection.send))
     stream.push(UPDATE)
     await asyncio.wait_for(connection.wrote.wait(), 5)  # written: now it waits for what comes next
     hold.end("revoked")

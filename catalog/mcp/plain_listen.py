@@ -121,15 +121,26 @@ def final_frame(
 
 
 class PlainStream:
-    """One plain listen's connection: frames queued by its group, written by its own task."""
+    """One plain listen's connection: frames queued by its group, written by its own task.
 
-    __slots__ = ("_pending", "_sid", "_wake", "ending")
+    A delivery costs a stream one wake-up of its task: no timer per delivery. One alarm per
+    stream, re-armed when it fires, stands for both the keep-alive (due after 15 s of silence) and
+    the credential's expiry.
+    """
 
-    def __init__(self, request_id: str | int) -> None:
+    __slots__ = ("_alarm", "_hold", "_pending", "_ping_due", "_sid", "_wake", "_written", "ending")
+
+    def __init__(self, request_id: str | int, hold: CredentialHold | None = None) -> None:
         self._sid = dumps(request_id).encode()
+        self._hold = hold
         self._pending: list[bytes] = []
         self._wake: asyncio.Future[None] | None = None
+        self._alarm: asyncio.TimerHandle | None = None
+        self._written = 0.0  # the loop's time of the last write
+        self._ping_due = False
         self.ending: Ending | None = None
+        if hold is not None:
+            hold.on_change = self.credential_changed
 
     def push(self, templates: tuple[FrameTemplate, ...]) -> None:
         """Queue a delivery's frames (never waits: a group serves every stream from one loop)."""
@@ -154,52 +165,59 @@ class PlainStream:
         if wake is not None and not wake.done():
             wake.set_result(None)
 
-    async def _sleep(self, seconds: float) -> None:
-        """Wait ``seconds`` at most; a push, an end or a change of the credential wakes it."""
-        loop = asyncio.get_running_loop()
-        wake = self._wake = loop.create_future()
-        timer = loop.call_later(max(seconds, 0.0), _resolve, wake)
-        try:
-            await wake
-        finally:
-            timer.cancel()
-            self._wake = None
+    def credential_changed(self) -> None:
+        """The credential ended or its expiry moved: look again now."""
+        if self._alarm is not None:
+            self._alarm.cancel()
+            self._ring()
 
-    async def run(self, receive: Receive, send: Send, hold: CredentialHold | None) -> Ending:
+    def _ring(self) -> None:
+        """The alarm: a keep-alive is due, or the credential has expired; then the next alarm."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        hold = self._hold
+        if hold is not None:
+            if hold.reason is None and hold.seconds_left() <= 0:
+                hold.end("expired")  # every stream holding it is woken
+            if hold.reason is not None:
+                self.end(Ending.REVOKED if hold.reason == "revoked" else Ending.EXPIRED)
+                return
+        if now - self._written >= PING_INTERVAL_S:
+            self._ping_due = True
+            self.wake()
+        due = now + PING_INTERVAL_S if self._ping_due else self._written + PING_INTERVAL_S
+        if hold is not None:
+            due = min(due, now + hold.seconds_left())
+        self._alarm = loop.call_at(due, self._ring)
+
+    async def run(self, receive: Receive, send: Send) -> Ending:
         """Write queued frames and keep-alives until the stream ends; how it ended."""
         loop = asyncio.get_running_loop()
         gone = loop.create_task(receive())  # the body is read: the next message is the disconnect
         gone.add_done_callback(lambda _: self.end(Ending.GONE))
+        self._written = loop.time()
+        self._ring()
         try:
-            written = loop.time()
-            while True:
-                if hold is not None:
-                    if hold.reason is None and hold.seconds_left() <= 0:
-                        hold.end("expired")
-                    if hold.reason is not None:
-                        self.end(Ending.REVOKED if hold.reason == "revoked" else Ending.EXPIRED)
-                if self.ending is not None:
-                    return self.ending  # what is still queued is dropped, as a cancelled handler's
+            while self.ending is None:
                 if self._pending:
                     frames, self._pending = self._pending, []
                     await send({"type": "http.response.body", "body": b"".join(frames), "more_body": True})
-                    written = loop.time()
-                    continue
-                quiet = loop.time() - written
-                if quiet >= PING_INTERVAL_S:
+                    self._written = loop.time()
+                elif self._ping_due:
+                    self._ping_due = False
                     await send({"type": "http.response.body", "body": SSE_KEEPALIVE, "more_body": True})
-                    written = loop.time()
-                    continue
-                await self._sleep(
-                    min(PING_INTERVAL_S - quiet, hold.seconds_left() if hold else PING_INTERVAL_S)
-                )
+                    self._written = loop.time()
+                else:
+                    wake = self._wake = loop.create_future()
+                    try:
+                        await wake
+                    finally:
+                        self._wake = None
+            return self.ending  # what is still queued is dropped, as a cancelled handler's
         finally:
             gone.cancel()
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+            if self._alarm is not None:
+                self._alarm.cancel()
 
 
 class ListenGroup:
@@ -296,13 +314,11 @@ class PlainListens:
         uris, honoured = listen_terms(requested, live=True)
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: request_id}
         key: GroupKey = (principal, bool(honoured.resources_list_changed), tuple(uris.items()))
-        stream = PlainStream(request_id)
         metrics.MCP_PLAIN_ANSWERS.labels(LISTEN).inc()
         credentials = self._host.catalog.credential_watch
         ending = Ending.GONE
         with credentials.hold(principal) if credentials is not None else contextlib.nullcontext() as hold:
-            if hold is not None:
-                hold.on_change = stream.wake
+            stream = PlainStream(request_id, hold)
             group = self._join(key, uris, stream)
             try:
                 await asyncio.shield(group.ready)  # the watch, before the ack (as the SDK path)
@@ -314,7 +330,7 @@ class PlainListens:
                         "more_body": True,
                     }
                 )
-                ending = await stream.run(receive, send, hold)
+                ending = await stream.run(receive, send)
             finally:
                 self._leave(group, stream)
         code = _ERROR_CODES.get(ending)
