@@ -31,7 +31,7 @@ PLANS = {
         "import": ["--resources", "100000", "--rounds", "2"],
         "start": ["--rounds", "3"],
         "fanout": [],
-        "streams": [],
+        "streams": ["--sizes", "1,100,1000,10000", "--updates", "50"],
         "keepalive": ["--requests", "200"],
     },
     "quick": {
