@@ -160,6 +160,20 @@ class Served:
         return Client(transport, mode=mode, cache=None, **kwargs)
 
 
+@contextlib.asynccontextmanager
+async def acting_catalog(srv: Served) -> AsyncIterator[Catalog]:
+    """The served database's catalogue on an engine of this test's loop, to change it as the admin
+    API would."""
+    settings = srv.app.state.settings
+    engine = create_engine(
+        settings.async_database_url(), pool_size=1, max_overflow=0, transaction_pooler=settings.behind_pooler
+    )
+    try:
+        yield Catalog(engine=engine, settings=settings)
+    finally:
+        await engine.dispose()
+
+
 def mcp_settings(database_url: str, home: Path, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         **through_pooler(database_url),

@@ -10,7 +10,6 @@ SDK on purpose by adding a progress token to its envelope (the path leaves those
 from __future__ import annotations
 
 import base64
-import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,13 +23,12 @@ from catalog.core.grants import create_grant, delete_grant
 from catalog.core.principal import Principal
 from catalog.core.resources import LISTING_ENTRY_FIELDS
 from catalog.core.schemas import GrantIn
-from catalog.core.service import Catalog
 from catalog.core.tokens import delete_token, list_tokens
-from catalog.db.engine import create_engine
 from catalog.observability import metrics
 from tests.mcp_helpers import (
     HIDDEN,
     Served,
+    acting_catalog,
     b64_header,
     envelope,
     mcp_settings,
@@ -57,20 +55,6 @@ async def srv(postgres_server: Any, template_database: str, tmp_path: Path) -> A
         served(mcp_settings(url, tmp_path)) as s,
     ):
         yield s
-
-
-@contextlib.asynccontextmanager
-async def acting_catalog(srv: Served) -> AsyncIterator[Catalog]:
-    """The served database's catalogue on an engine of this test's loop, to change it as the admin
-    API would."""
-    settings = srv.app.state.settings
-    engine = create_engine(
-        settings.async_database_url(), pool_size=1, max_overflow=0, transaction_pooler=settings.behind_pooler
-    )
-    try:
-        yield Catalog(engine=engine, settings=settings)
-    finally:
-        await engine.dispose()
 
 
 async def revoke_admin_token(srv: Served) -> None:

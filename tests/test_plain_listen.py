@@ -12,7 +12,6 @@ that falls too far behind ends, a quiet one is kept alive, an expiring credentia
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
@@ -26,17 +25,15 @@ from mcp.client.subscriptions import ResourceUpdated
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_resource
 from catalog.core.schemas import ResourceIn, TokenIn
-from catalog.core.service import Catalog
 from catalog.core.tokens import create_token, delete_token
 from catalog.core.watching import Delivery
-from catalog.db.engine import create_engine
 from catalog.events.credentials import CredentialHold
 from catalog.mcp import plain_listen
 from catalog.mcp.context import CREDENTIAL_ENDED
 from catalog.mcp.plain_listen import Ending, PlainStream, delivery_templates
 from catalog.mcp.wire import SSE_KEEPALIVE
 from catalog.observability import metrics
-from tests.mcp_helpers import RawListen, Served, mcp_settings, module_database, served
+from tests.mcp_helpers import RawListen, Served, acting_catalog, mcp_settings, module_database, served
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -55,19 +52,6 @@ async def database(postgres_server: Any, template_database: str) -> AsyncIterato
 async def srv(database: str, tmp_path: Path) -> AsyncIterator[Served]:
     async with served(mcp_settings(database, tmp_path)) as s:
         yield s
-
-
-@contextlib.asynccontextmanager
-async def acting_catalog(srv: Served) -> AsyncIterator[Catalog]:
-    """The served database's catalogue on an engine of this test's loop (the server runs on its own)."""
-    settings = srv.app.state.settings
-    engine = create_engine(
-        settings.async_database_url(), pool_size=1, max_overflow=0, transaction_pooler=settings.behind_pooler
-    )
-    try:
-        yield Catalog(engine=engine, settings=settings)
-    finally:
-        await engine.dispose()
 
 
 async def change(srv: Served, uri: str, text: str) -> None:
