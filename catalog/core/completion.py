@@ -39,6 +39,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    exists,
     func,
     literal,
     select,
@@ -119,17 +120,19 @@ async def complete_argument(
     except InvalidTemplate as exc:
         plan, refused = None, exc.reason  # said only once the template is known to be visible
     # Nothing is raised inside the transaction: an error there discards its connection.
-    known = driver_statement(_template_statement(visibility))
     async with scoped_driver(catalog.engine, TenantScope.tenant(tenant_id)) as driver:
-        found = await driver.fetchval(known.sql, *known.arguments({"uri_template": uri_template}))
-        if found is not None and plan is not None:
-            scan = _Scan(driver, visibility, plan)
+        if plan is None:
+            check = driver_statement(_template_statement(visibility))
+            known = await driver.fetchval(check.sql, *check.arguments({"uri_template": uri_template}))
+        else:
+            scan = _Scan(driver, visibility, plan, uri_template)
             separator = _first_segment_separator(plan, argument)
             if separator is None:
                 await scan.rows(after=None, below=None)
             else:
                 await _skip_scan(scan, visibility, plan, separator)
-    if found is None:
+            known = scan.template_known
+    if not known:
         raise UnknownTemplate(uri_template)
     if plan is None:
         raise InvalidArgument(refused)
@@ -176,15 +179,33 @@ async def plain_completion(
 
 
 class _Scan:
-    """Candidate rows read in URI order, batch by batch, within the ``MAX_SCANNED_ROWS`` budget."""
+    """Candidate rows read in URI order, batch by batch, within the ``MAX_SCANNED_ROWS`` budget;
+    its first statement also checks that the template is visible (``template_known``)."""
 
-    def __init__(self, driver: asyncpg.Connection, visibility: Visibility, plan: Any) -> None:
+    def __init__(
+        self, driver: asyncpg.Connection, visibility: Visibility, plan: Any, uri_template: str
+    ) -> None:
         self.driver = driver
         self.visibility = visibility
         self.plan = plan
+        self.uri_template = uri_template
+        self.template_known: bool | None = None  # None until the first statement has run
         self.values: set[str] = set()
         self.scanned = 0
         self.finished = True
+
+    async def uris(self, scan: Select[Any], values: dict[str, Any]) -> list[str]:
+        """The URIs ``scan`` selects. The scan's first statement also checks the template, so that
+        check costs no round trip of its own; when the template is not visible, nothing is read."""
+        if self.template_known is not None:
+            query = driver_statement(scan)
+            return [row[0] for row in await self.driver.fetch(query.sql, *query.arguments(values))]
+        checked = _if_template_visible(self.visibility, scan)
+        found = await self.driver.fetchval(
+            checked.sql, *checked.arguments({**values, "uri_template": self.uri_template})
+        )
+        self.template_known = found is not None
+        return found or []
 
     def range_bounds(self) -> dict[str, str]:
         """The candidate range's bind values (see :func:`_candidate_range`)."""
@@ -205,7 +226,7 @@ class _Scan:
                 self.visibility, self.plan.upper_bound is not None, after is not None, below is not None
             )
             values = {**self.range_bounds(), "after": after, "below": below, "batch": batch}
-            uris = [row[0] for row in await self.driver.fetch(query.sql, *query.arguments(values))]
+            uris = await self.uris(query, values)
             self.scanned += len(uris)
             for uri in uris:
                 value = self.plan.extract(uri)
@@ -237,13 +258,22 @@ def _template_statement(visibility: Visibility) -> Select[Any]:
 
 
 @functools.lru_cache(maxsize=256)
-def _batch_statement(visibility: Visibility, bounded: bool, after: bool, below: bool) -> DriverStatement:
+def _if_template_visible(visibility: Visibility, scan: Select[Any]) -> DriverStatement:
+    """``scan``'s URIs as one array, in its order, or NULL when no visible template is exactly
+    ``:uri_template`` (then the scan is not run)."""
+    return driver_statement(
+        select(case((exists(_template_statement(visibility)), func.array(scan.scalar_subquery()))))
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _batch_statement(visibility: Visibility, bounded: bool, after: bool, below: bool) -> Select[Any]:
     clauses = _candidate_range(resources, visibility, bounded)
     if after:
         clauses.append(resources.c.uri > bindparam("after", type_=Text))
     if below:
         clauses.append(resources.c.uri < bindparam("below", type_=Text))
-    return driver_statement(
+    return (
         select(resources.c.uri)
         .where(and_(*clauses))
         .order_by(resources.c.uri)
@@ -267,8 +297,7 @@ async def _skip_scan(scan: _Scan, visibility: Visibility, plan: Any, separator: 
     start = len(plan.template.template[: plan.template.template.find("{")])
     jump_char = chr(ord(separator) + 1)
     query = _jumps_statement(visibility, start, separator, plan.upper_bound is not None)
-    values = {**scan.range_bounds(), "groups": MAX_GROUPS}
-    firsts = [row[0] for row in await scan.driver.fetch(query.sql, *query.arguments(values))]
+    firsts = await scan.uris(query, {**scan.range_bounds(), "groups": MAX_GROUPS})
     scan.scanned += len(firsts)
     for uri in firsts:
         value = plan.extract(uri)
@@ -283,7 +312,7 @@ async def _skip_scan(scan: _Scan, visibility: Visibility, plan: Any, separator: 
 
 
 @functools.lru_cache(maxsize=256)
-def _jumps_statement(visibility: Visibility, start: int, separator: str, bounded: bool) -> DriverStatement:
+def _jumps_statement(visibility: Visibility, start: int, separator: str, bounded: bool) -> Select[Any]:
     """The loose index scan: from the first candidate, each step the first visible URI past the
     previous one's value (``<prefix><value><separator>``), at most ``MAX_GROUPS`` steps."""
     jump_char = chr(ord(separator) + 1)
@@ -323,4 +352,4 @@ def _jumps_statement(visibility: Visibility, start: int, separator: str, bounded
         .select_from(jumps.join(step, true()))
         .where(jumps.c.n < bindparam("groups", type_=Integer))
     )
-    return driver_statement(select(jumps.c.uri).where(jumps.c.uri.is_not(None)).order_by(jumps.c.n))
+    return select(jumps.c.uri).where(jumps.c.uri.is_not(None)).order_by(jumps.c.n)
