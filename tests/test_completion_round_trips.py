@@ -1,10 +1,11 @@
-"""A plain completion's statements: the authentication and grants, BEGIN with the scope, the scan
-(whose first statement also checks the template), COMMIT. An unknown template or a refused argument
-costs no more and is still left to the full path, whose errors are the same as before."""
+"""A plain completion's statements: BEGIN with the scope, the scan (whose first statement also
+authenticates the credential and checks the template), COMMIT; for a credential whose visibility is
+not yet remembered, its authentication and grants first. An unknown template costs no more, and it
+and a refused argument are still left to the full path, whose errors are the same as before."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any
 
 import asyncpg
@@ -16,13 +17,14 @@ from catalog.core.completion import (
     complete_argument,
     plain_completion,
 )
+from catalog.core.grants import create_grant
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_many
-from catalog.core.schemas import ResourceIn, TemplateIn, TokenIn
+from catalog.core.schemas import GrantIn, ResourceIn, TemplateIn, TokenIn
 from catalog.core.service import Catalog
 from catalog.core.templates import create_template
-from catalog.core.tenants import create_tenant
-from catalog.core.tokens import create_token
+from catalog.core.tenants import Tenant, create_tenant
+from catalog.core.tokens import create_token, delete_token, list_tokens
 from catalog.db.engine import create_engine
 from catalog.settings import Settings
 
@@ -42,14 +44,23 @@ async def catalog(settings: Settings) -> AsyncIterator[Catalog]:
 
 
 @pytest.fixture
-async def token(catalog: Catalog) -> str:
-    """An admin token of a tenant holding the template and ``URIS``."""
+async def tenant(catalog: Catalog) -> Tenant:
+    """A tenant holding the template and ``URIS``."""
     tenant = await create_tenant(catalog, "tree", "Tree")
     await create_template(
-        catalog, SYSTEM, tenant, TemplateIn.model_validate({"uriTemplate": TEMPLATE, "name": "t"})
+        catalog,
+        SYSTEM,
+        tenant,
+        TemplateIn.model_validate({"uriTemplate": TEMPLATE, "name": "t", "tags": ["tree"]}),
     )
     bodies = [ResourceIn.model_validate({"uri": uri, "name": uri, "text": "x"}) for uri in URIS]
     await upsert_many(catalog, SYSTEM, tenant, bodies)
+    return tenant
+
+
+@pytest.fixture
+async def token(catalog: Catalog, tenant: Tenant) -> str:
+    """An admin token of ``tenant``."""
     return (await create_token(catalog, SYSTEM, tenant, TokenIn(admin=True))).token
 
 
@@ -68,21 +79,29 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield sent
 
 
+async def _counted(statements: list[str], completing: Awaitable[Any]) -> tuple[Any, list[str]]:
+    """What ``completing`` answered, and the statements it sent."""
+    statements.clear()
+    completed = await completing
+    return completed, list(statements)
+
+
 async def _counted_completion(
     catalog: Catalog, statements: list[str], token: str, template: str, argument: str, **known: str
 ) -> tuple[Any, list[str]]:
-    """A plain completion on a warm connection, and the statements it sent."""
-    await plain_completion(catalog, TEMPLATE, "dir", "", token=token)  # the connection opened
-    statements.clear()
-    completed = await plain_completion(catalog, template, argument, "", known or None, token=token)
-    return completed, list(statements)
+    """A plain completion of a credential whose visibility is remembered (by a completion before),
+    and the statements it sent."""
+    await plain_completion(catalog, TEMPLATE, "dir", "", token=token)
+    return await _counted(
+        statements, plain_completion(catalog, template, argument, "", known or None, token=token)
+    )
 
 
 @pytest.mark.parametrize(
     ("argument", "known", "values"),
     [("dir", {}, ["a", "b"]), ("file", {"dir": "a"}, ["x", "y"])],  # the loose index scan; a row scan
 )
-async def test_a_plain_completion_is_four_statements_the_template_checked_by_the_scan(
+async def test_a_plain_completion_is_three_statements_authenticated_and_template_checked_by_the_scan(
     catalog: Catalog,
     token: str,
     statements: list[str],
@@ -92,9 +111,37 @@ async def test_a_plain_completion_is_four_statements_the_template_checked_by_the
 ) -> None:
     completed, sent = await _counted_completion(catalog, statements, token, TEMPLATE, argument, **known)
     assert completed is not None and completed.completion.values == values
-    assert len(sent) == 4, sent  # authentication and grants; BEGIN and the scope; the scan; COMMIT
-    assert "catalog_plain_read" in sent[0] and sent[1].startswith("BEGIN") and sent[3] == "COMMIT"
-    assert "templates" in sent[2] and "resources" in sent[2]
+    assert len(sent) == 3, sent  # BEGIN and the scope; authentication, grants and the scan; COMMIT
+    assert sent[0].startswith("BEGIN") and sent[2] == "COMMIT"
+    assert all(name in sent[1] for name in ("catalog_plain_read", "templates", "resources"))
+
+
+async def test_an_authenticated_principals_completion_rides_on_its_scan_too(
+    catalog: Catalog, tenant: Tenant, statements: list[str]
+) -> None:
+    """A principal the edge authenticated (an OAuth access token): its tenant, scopes and admin
+    flag are what the statement checks the grants of."""
+    await create_grant(catalog, SYSTEM, tenant, GrantIn.model_validate({"scope": "s", "tag": "tree"}))
+    await create_grant(
+        catalog, SYSTEM, tenant, GrantIn.model_validate({"scope": "s", "uriPrefix": "test://tree/b/"})
+    )
+    reader = Principal(kind="jwt", tenant_id=tenant.id, tenant_slug=tenant.slug, scopes=frozenset({"s", "t"}))
+    first = await plain_completion(catalog, TEMPLATE, "dir", "", principal=reader)
+    completed, sent = await _counted(
+        statements, plain_completion(catalog, TEMPLATE, "dir", "", principal=reader)
+    )
+    assert first == completed and completed is not None
+    assert completed.principal == reader and completed.completion.values == ["b"] and len(sent) == 3
+
+
+async def test_a_credentials_first_completion_authenticates_first(
+    catalog: Catalog, token: str, statements: list[str]
+) -> None:
+    """Its visibility is not known yet: the authentication and grants, then BEGIN, the scan (the
+    template checked by it), COMMIT."""
+    completed, sent = await _counted(statements, plain_completion(catalog, TEMPLATE, "dir", "", token=token))
+    assert completed is not None and completed.completion.values == ["a", "b"]
+    assert len(sent) == 4 and "catalog_plain_read" in sent[0] and "templates" in sent[2], sent
 
 
 async def test_an_unknown_template_or_a_refused_argument_is_left_to_the_full_path(
@@ -102,9 +149,41 @@ async def test_an_unknown_template_or_a_refused_argument_is_left_to_the_full_pat
 ) -> None:
     unknown = "test://nowhere/{dir}/{file}"
     completed, sent = await _counted_completion(catalog, statements, token, unknown, "dir")
-    assert completed is None and len(sent) == 4, sent
+    assert completed is None and len(sent) == 3, sent
     refused, sent = await _counted_completion(catalog, statements, token, TEMPLATE, "nope")
-    assert refused is None and len(sent) == 4, sent  # the template checked on its own
+    assert refused is None and sent == []  # refused whatever the catalogue holds
+
+
+async def test_a_revoked_token_is_refused_on_its_next_completion(
+    catalog: Catalog, tenant: Tenant, token: str
+) -> None:
+    assert await plain_completion(catalog, TEMPLATE, "dir", "", token=token) is not None
+    assert await plain_completion(catalog, TEMPLATE, "dir", "", token=token) is not None  # remembered
+    (victim,) = await list_tokens(catalog, tenant)
+    await delete_token(catalog, SYSTEM, tenant, victim.id)
+    assert await plain_completion(catalog, TEMPLATE, "dir", "", token=token) is None
+
+
+async def test_changed_grants_show_on_the_next_completion(
+    catalog: Catalog, tenant: Tenant, statements: list[str]
+) -> None:
+    """The scan read with the remembered visibility is discarded when the grants the statement
+    returned make another one: the completion is asked again with the right one."""
+    await create_grant(
+        catalog, SYSTEM, tenant, GrantIn.model_validate({"scope": "s", "uriPrefix": "test://tree/a/"})
+    )
+    await create_grant(catalog, SYSTEM, tenant, GrantIn.model_validate({"scope": "s", "tag": "tree"}))
+    reader = (await create_token(catalog, SYSTEM, tenant, TokenIn(scopes=["s"]))).token
+    completed = await plain_completion(catalog, TEMPLATE, "dir", "", token=reader)
+    assert completed is not None and completed.completion.values == ["a"]
+    await create_grant(
+        catalog, SYSTEM, tenant, GrantIn.model_validate({"scope": "s", "uriPrefix": "test://tree/b/"})
+    )
+    completed, sent = await _counted(statements, plain_completion(catalog, TEMPLATE, "dir", "", token=reader))
+    assert completed is not None and completed.completion.values == ["a", "b"]
+    assert len(sent) == 6, sent  # the guess's three, then BEGIN, the scan, COMMIT
+    completed, sent = await _counted(statements, plain_completion(catalog, TEMPLATE, "dir", "", token=reader))
+    assert completed is not None and completed.completion.values == ["a", "b"] and len(sent) == 3
 
 
 async def test_the_full_paths_errors_are_unchanged(catalog: Catalog, token: str) -> None:

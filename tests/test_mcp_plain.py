@@ -326,6 +326,25 @@ async def test_completion_refusals_are_the_sdks(srv: Served) -> None:
 
 
 @asynchronous
+async def test_completion_refusals_are_the_sdks_for_a_credential_seen_before(srv: Served) -> None:
+    """Once a credential's visibility is remembered, its completion is authenticated by the scan's
+    own statement: an unknown template, a refused argument and a revoked token still go to the SDK."""
+    assert complete(srv, SRC_TEMPLATE, {"name": "name", "value": ""}, token="admin").status_code == 200
+    before = plain_completions()
+    unknown = complete(srv, "file:///nowhere/{x}", {"name": "x", "value": ""}, token="admin")
+    wrong_argument = complete(srv, SRC_TEMPLATE, {"name": "nope", "value": ""}, token="admin")
+    assert plain_completions() == before
+    for response in (unknown, wrong_argument):
+        assert response.json()["error"]["code"] == -32602, response.text
+    assert complete(srv, SRC_TEMPLATE, {"name": "name", "value": ""}, token="admin").status_code == 200
+    assert plain_completions() == before + 1
+    await revoke_admin_token(srv)
+    refused = complete(srv, SRC_TEMPLATE, {"name": "name", "value": ""}, token="admin")
+    assert plain_completions() == before + 1
+    assert refused.status_code == 401, refused.text
+
+
+@asynchronous
 async def test_trace_context_in_the_envelope_does_not_keep_a_read_off_the_plain_path(srv: Served) -> None:
     """A client with OpenTelemetry sends ``traceparent`` in ``_meta`` (spec 1.1); with catalog's
     tracing off nothing would record it, so the read is still plain (and still the SDK's answer)."""

@@ -42,13 +42,21 @@ from sqlalchemy import (
     exists,
     func,
     literal,
+    literal_column,
     select,
+    text,
     true,
 )
 
 from catalog.core.errors import InvalidInput, NotFound
 from catalog.core.principal import Principal
-from catalog.core.reading import plain_standing, tenant_of
+from catalog.core.reading import (
+    plain_standing,
+    remember_visibility,
+    standing_arguments,
+    standing_of,
+    tenant_of,
+)
 from catalog.core.service import Catalog
 from catalog.core.uri_templates import InvalidTemplate, completion_candidates, parse_template
 from catalog.core.visibility import Visibility, load_visibility
@@ -114,35 +122,21 @@ async def complete_argument(
             visibility = await load_visibility(conn, principal, tenant_id)
     if visibility.nothing:
         raise UnknownTemplate(uri_template)
-    refused = ""
-    try:
-        plan = completion_candidates(parse_template(uri_template), argument, partial, context_arguments)
-    except InvalidTemplate as exc:
-        plan, refused = None, exc.reason  # said only once the template is known to be visible
+    # Refused: said only once the template is known to be visible.
+    plan, refused = _candidates(uri_template, argument, partial, context_arguments)
     # Nothing is raised inside the transaction: an error there discards its connection.
     async with scoped_driver(catalog.engine, TenantScope.tenant(tenant_id)) as driver:
         if plan is None:
             check = driver_statement(_template_statement(visibility))
             known = await driver.fetchval(check.sql, *check.arguments({"uri_template": uri_template}))
         else:
-            scan = _Scan(driver, visibility, plan, uri_template)
-            separator = _first_segment_separator(plan, argument)
-            if separator is None:
-                await scan.rows(after=None, below=None)
-            else:
-                await _skip_scan(scan, visibility, plan, separator)
+            scan = await _scanned(_Scan(driver, visibility, plan, uri_template), argument)
             known = scan.template_known
     if not known:
         raise UnknownTemplate(uri_template)
     if plan is None:
         raise InvalidArgument(refused)
-    ordered = sorted(scan.values)
-    finished = scan.finished
-    return Completion(
-        values=ordered[:MAX_VALUES],
-        total=len(ordered) if finished else None,
-        has_more=len(ordered) > MAX_VALUES or not finished,
-    )
+    return scan.completion()
 
 
 @dataclass(frozen=True)
@@ -161,14 +155,38 @@ async def plain_completion(
     token: str | None = None,
     principal: Principal | None = None,
 ) -> PlainCompletion | None:
-    """:func:`complete_argument` for an opaque ``token`` or an authenticated tenant ``principal``,
-    its authentication and grants in one statement (``reading.plain_standing``); None when the
-    full path must answer (an unknown, revoked or expired token; an unknown template or a refused
-    argument, whose errors are the full path's)."""
-    found = await plain_standing(catalog, None, token, principal)
-    if found is None:
+    """:func:`complete_argument` for an opaque ``token`` or an authenticated tenant ``principal``;
+    None when the full path must answer (an unknown, revoked or expired token; an unknown template
+    or a refused argument, whose errors are the full path's).
+
+    A credential whose visibility is remembered (``reading.remember_visibility``) is authenticated
+    by the scan's first statement, in the transaction bound to that visibility's tenant: BEGIN, one
+    statement, COMMIT. The scan is used only if the visibility computed from the grants that
+    statement returned is the remembered one; otherwise (a credential's first completion or list
+    page, its grants changed) the authentication and grants come first, in a statement of their
+    own (``reading.plain_standing``), then :func:`complete_argument`."""
+    credential = standing_arguments(token, principal)
+    if credential is None or not _storable(uri_template):
         return None
-    principal, visibility, _ = found
+    plan, _ = _candidates(uri_template, argument, partial, context_arguments)
+    if plan is None:
+        return None  # unknown or refused: the full path's error either way
+    guess = catalog.page_visibilities.get(credential)
+    if guess is not None and not guess.nothing:
+        authentication = _Authentication(credential, principal, guess)
+        async with scoped_driver(catalog.engine, TenantScope.tenant(guess.tenant_id)) as driver:
+            scan = await _scanned(_Scan(driver, guess, plan, uri_template, authentication), argument)
+        if authentication.standing is None:
+            return None
+        principal, visibility = authentication.standing
+        if visibility == guess:
+            return PlainCompletion(principal, scan.completion()) if scan.template_known else None
+    else:
+        found = await plain_standing(catalog, None, token, principal)
+        if found is None:
+            return None
+        principal, visibility, _ = found
+    remember_visibility(catalog, credential, visibility)
     try:
         completion = await complete_argument(
             catalog, principal, uri_template, argument, partial, context_arguments, visibility=visibility
@@ -178,34 +196,86 @@ async def plain_completion(
     return PlainCompletion(principal, completion)
 
 
+def _candidates(
+    uri_template: str, argument: str, partial: str, context_arguments: Mapping[str, str] | None
+) -> tuple[Any, str]:
+    """The candidate range of ``argument``'s values (``completion_candidates``), or None and why
+    the template or the argument is refused."""
+    try:
+        return completion_candidates(parse_template(uri_template), argument, partial, context_arguments), ""
+    except InvalidTemplate as exc:
+        return None, exc.reason
+
+
+class _Authentication:
+    """A credential authenticated by a scan's first statement (``catalog_plain_read``'s row beside
+    the scan's URIs), the scan going on only while the credential's visibility is the one it was
+    built for: no row (an unknown, revoked or expired token) or other grants stop it."""
+
+    def __init__(
+        self, credential: tuple[object, ...], principal: Principal | None, guess: Visibility
+    ) -> None:
+        self.values = dict(zip(_CREDENTIAL_PARAMETERS, credential, strict=True))
+        self.principal = principal
+        self.guess = guess
+        self.standing: tuple[Principal, Visibility] | None = None
+
+    def admits(self, row: Any) -> bool:
+        """Whether the scan may use what it read with the first statement's ``row``."""
+        self.standing = standing_of(row, self.principal)
+        return self.standing is not None and self.standing[1] == self.guess
+
+
 class _Scan:
     """Candidate rows read in URI order, batch by batch, within the ``MAX_SCANNED_ROWS`` budget;
     its first statement also checks that the template is visible (``template_known``)."""
 
     def __init__(
-        self, driver: asyncpg.Connection, visibility: Visibility, plan: Any, uri_template: str
+        self,
+        driver: asyncpg.Connection,
+        visibility: Visibility,
+        plan: Any,
+        uri_template: str,
+        authentication: _Authentication | None = None,
     ) -> None:
         self.driver = driver
         self.visibility = visibility
         self.plan = plan
         self.uri_template = uri_template
+        self.authentication = authentication  # the credential the first statement authenticates
         self.template_known: bool | None = None  # None until the first statement has run
         self.values: set[str] = set()
         self.scanned = 0
         self.finished = True
 
     async def uris(self, scan: Select[Any], values: dict[str, Any]) -> list[str]:
-        """The URIs ``scan`` selects. The scan's first statement also checks the template, so that
-        check costs no round trip of its own; when the template is not visible, nothing is read."""
+        """The URIs ``scan`` selects. The scan's first statement also checks the template (and
+        authenticates the credential, with an ``authentication``), so that costs no round trip of
+        its own; when the template is not visible, nothing is read, and nothing more is."""
         if self.template_known is not None:
             query = driver_statement(scan)
             return [row[0] for row in await self.driver.fetch(query.sql, *query.arguments(values))]
+        values = {**values, "uri_template": self.uri_template}
         checked = _if_template_visible(self.visibility, scan)
-        found = await self.driver.fetchval(
-            checked.sql, *checked.arguments({**values, "uri_template": self.uri_template})
-        )
+        if self.authentication is None:
+            query = driver_statement(checked)
+            found = await self.driver.fetchval(query.sql, *query.arguments(values))
+        else:
+            query = _authenticated(checked)
+            row = await self.driver.fetchrow(
+                query.sql, *query.arguments({**values, **self.authentication.values})
+            )
+            found = row["uris"] if self.authentication.admits(row) else None
         self.template_known = found is not None
         return found or []
+
+    def completion(self) -> Completion:
+        ordered = sorted(self.values)
+        return Completion(
+            values=ordered[:MAX_VALUES],
+            total=len(ordered) if self.finished else None,
+            has_more=len(ordered) > MAX_VALUES or not self.finished,
+        )
 
     def range_bounds(self) -> dict[str, str]:
         """The candidate range's bind values (see :func:`_candidate_range`)."""
@@ -258,11 +328,24 @@ def _template_statement(visibility: Visibility) -> Select[Any]:
 
 
 @functools.lru_cache(maxsize=256)
-def _if_template_visible(visibility: Visibility, scan: Select[Any]) -> DriverStatement:
+def _if_template_visible(visibility: Visibility, scan: Select[Any]) -> Select[Any]:
     """``scan``'s URIs as one array, in its order, or NULL when no visible template is exactly
     ``:uri_template`` (then the scan is not run)."""
+    return select(case((exists(_template_statement(visibility)), func.array(scan.scalar_subquery()))))
+
+
+# catalog_plain_read's principal parameters, in ``reading.standing_arguments``' order.
+_CREDENTIAL_PARAMETERS = ("p_hash", "p_tenant", "p_scopes", "p_admin")
+_STANDING = text("catalog_plain_read(:p_hash, :p_tenant, :p_scopes, :p_admin, NULL) AS standing")
+
+
+@functools.lru_cache(maxsize=256)
+def _authenticated(checked: Select[Any]) -> DriverStatement:
+    """``catalog_plain_read``'s row (migration 0008) for the credential, with ``checked``'s URIs as
+    ``uris``; no row for an unknown, revoked or expired token (and then no scan). The function
+    restores the transaction's scope before it returns, so the scan reads under that scope."""
     return driver_statement(
-        select(case((exists(_template_statement(visibility)), func.array(scan.scalar_subquery()))))
+        select(literal_column("standing.*"), checked.scalar_subquery().label("uris")).select_from(_STANDING)
     )
 
 
@@ -290,6 +373,16 @@ def _first_segment_separator(plan, argument: str) -> str | None:
         return None
     after = raw[head + len(expression) : head + len(expression) + 1]
     return after if after in _RESERVED else None
+
+
+async def _scanned(scan: _Scan, argument: str) -> _Scan:
+    """``scan`` run: by loose index scan when ``argument`` is the template's first segment."""
+    separator = _first_segment_separator(scan.plan, argument)
+    if separator is None:
+        await scan.rows(after=None, below=None)
+    else:
+        await _skip_scan(scan, scan.visibility, scan.plan, separator)
+    return scan
 
 
 async def _skip_scan(scan: _Scan, visibility: Visibility, plan: Any, separator: str) -> None:

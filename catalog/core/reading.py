@@ -270,7 +270,7 @@ class PlainPage:
     next_cursor: str | None
 
 
-def _standing_arguments(token: str | None, principal: Principal | None) -> tuple[object, ...] | None:
+def standing_arguments(token: str | None, principal: Principal | None) -> tuple[object, ...] | None:
     """``catalog_plain_read``'s principal arguments (hash, tenant, scopes, admin) for an opaque
     ``token`` or an authenticated tenant ``principal``; None when there is neither."""
     if token is not None:
@@ -281,7 +281,7 @@ def _standing_arguments(token: str | None, principal: Principal | None) -> tuple
     return None
 
 
-def _standing_of(row: Any, principal: Principal | None) -> tuple[Principal, Visibility] | None:
+def standing_of(row: Any, principal: Principal | None) -> tuple[Principal, Visibility] | None:
     """Who a ``catalog_plain_read`` row names (the token's principal, or ``principal`` as given) and
     what it sees (the one visibility rule, on the grants the row holds)."""
     if row is None or row["principal_tenant_id"] is None:
@@ -314,12 +314,12 @@ async def plain_standing(
     ``principal``: who it is, what it sees (the one visibility rule, on the grants the statement
     returned) and the row of the resource ``key`` names (none asked for with ``key`` None); None
     for an unknown, revoked or expired token, or a principal without a tenant."""
-    arguments = _standing_arguments(token, principal)
+    arguments = standing_arguments(token, principal)
     if arguments is None:
         return None
     async with self_scoped_driver(catalog.engine) as driver:
         row = await driver.fetchrow(_PLAIN_READ, *arguments, key)
-    standing = _standing_of(row, principal)
+    standing = standing_of(row, principal)
     if standing is None:
         return None
     return *standing, row
@@ -361,8 +361,18 @@ async def read_plain(
 _PLAIN_PAGE = "SELECT * FROM catalog_plain_page($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
 _NO_GUESS = (None, None, None, None, None, "", 0)
 PLAIN_PAGE_LISTED = 9  # catalog_plain_page's first listing column (before it: the principal and its grants)
-# Credentials whose last page's visibility is remembered (each entry a few hundred bytes).
+# Credentials whose last visibility is remembered (each entry a few hundred bytes).
 GUESSED_CREDENTIALS = 4096
+
+
+def remember_visibility(catalog: Catalog, credential: tuple[object, ...], visibility: Visibility) -> None:
+    """Keep ``visibility`` as the one the credential (its :func:`standing_arguments`) had last, for
+    its next plain request to guess with (the oldest credential forgotten beyond
+    :data:`GUESSED_CREDENTIALS`)."""
+    remembered = catalog.page_visibilities
+    if len(remembered) >= GUESSED_CREDENTIALS and credential not in remembered:
+        remembered.pop(next(iter(remembered)))  # the oldest
+    remembered[credential] = visibility
 
 
 async def plain_resources_page(
@@ -377,11 +387,10 @@ async def plain_resources_page(
     That page is used only when the visibility computed from the grants just returned is that one;
     otherwise (the first page of a credential, its grants changed) the page is asked again with the
     right selectors (``catalog.core.resources.visible_page``)."""
-    arguments = _standing_arguments(token, principal)
+    arguments = standing_arguments(token, principal)
     if arguments is None:
         return None
-    remembered = catalog.page_visibilities
-    guess = remembered.get(arguments)
+    guess = catalog.page_visibilities.get(arguments)
     selectors: tuple[object, ...] = _NO_GUESS
     if guess is not None and not guess.nothing:
         try:
@@ -392,14 +401,12 @@ async def plain_resources_page(
             selectors = (guess.everything, *guess.page_selectors(), after or "", PAGE_SIZE + 1)
     async with self_scoped_driver(catalog.engine) as driver:
         found = await driver.fetch(_PLAIN_PAGE, *arguments, *selectors)
-    standing = _standing_of(found[0], principal) if found else None
+    standing = standing_of(found[0], principal) if found else None
     if standing is None:
         return None
     principal, visibility = standing
     if visibility != guess:
-        if len(remembered) >= GUESSED_CREDENTIALS:
-            remembered.pop(next(iter(remembered)))  # the oldest
-        remembered[arguments] = visibility
+        remember_visibility(catalog, arguments, visibility)
     try:
         if visibility == guess and selectors is not _NO_GUESS:
             records, next_cursor = listed_page(

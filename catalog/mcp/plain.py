@@ -11,8 +11,10 @@ the database's share is a tenth of that. Here a request that is *plainly* valid 
    ``completion/complete`` (a resource template's argument, string values only) whose envelope,
    version, method and name pass the SDK's own ladder (``classify_inbound_request``), no progress
    token or other envelope key the SDK would act on.
-2. The core authenticates and loads the grants in one statement (for a read, the row too) and
-   applies the one visibility rule (``read_plain``, ``plain_resources_page``, ``plain_completion``).
+2. The core authenticates and loads the grants in one statement (for a read, the row too; for a
+   list page or a completion of a credential seen before, the page or the scan's first statement
+   too) and applies the one visibility rule (``read_plain``, ``plain_resources_page``,
+   ``plain_completion``).
 3. The answer is the SDK's wire shape for that result (the handlers' fields, cache hints,
    ``resultType``, the ``serverInfo`` stamp), as bytes.
 
