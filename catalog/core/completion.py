@@ -423,14 +423,16 @@ def _jumps_statement(visibility: Visibility, start: int, separator: str, bounded
         .where(and_(*_candidate_range(resources, visibility, bounded)))
         .order_by(resources.c.uri)
         .limit(1)
-        .scalar_subquery()
+        .subquery("first")
     )
     # Each jump's bound is a column of the previous row, so the next jump compares ``uri`` with a
     # plain value (an index condition). Computed inside the comparison instead, the non-leakproof
     # string functions would keep the condition behind the row-level-security filter, and every
-    # jump would scan the tenant's range from its start.
-    seed = first.label("uri")
-    jumps = select(seed, next_bound(seed).label("bound"), literal(1).label("n")).cte("jumps", recursive=True)
+    # jump would scan the tenant's range from its start. The first row is read from a subquery:
+    # as a scalar subquery each reference to it (five in its bound) was an index descent of its own.
+    jumps = select(first.c.uri, next_bound(first.c.uri).label("bound"), literal(1).label("n")).cte(
+        "jumps", recursive=True
+    )
     following = resources.alias("following")
     upper = [following.c.uri < bindparam("upper", type_=Text)] if bounded else []
     step = (
@@ -445,4 +447,4 @@ def _jumps_statement(visibility: Visibility, start: int, separator: str, bounded
         .select_from(jumps.join(step, true()))
         .where(jumps.c.n < bindparam("groups", type_=Integer))
     )
-    return select(jumps.c.uri).where(jumps.c.uri.is_not(None)).order_by(jumps.c.n)
+    return select(jumps.c.uri).order_by(jumps.c.n)  # no candidate at all: no row
