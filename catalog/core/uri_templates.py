@@ -46,7 +46,7 @@ import json
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Final, Literal
 from urllib.parse import unquote
 
@@ -271,13 +271,28 @@ def match_values(template: ParsedTemplate, uri: str, names: tuple[str, ...]) -> 
     if template.simple is None:
         found = match(template, uri)
         return None if found is None else [found.get(name) for name in names]
+    return simple_values(template, uri, value_groups(template, names))
+
+
+def value_groups(template: ParsedTemplate, names: tuple[str, ...]) -> tuple[int | None, ...]:
+    """The match groups of ``names`` in a simple template (None for a name it lacks), for
+    :func:`simple_values`."""
+    groups = template.variable_names  # one group per variable, in order; the SDK refuses repeats
+    return tuple(groups.index(name) + 1 if name in groups else None for name in names)
+
+
+def simple_values(
+    template: ParsedTemplate, uri: str, groups: tuple[int | None, ...]
+) -> list[str | None] | None:
+    """:func:`match_values` of a simple template, its names' groups (:func:`value_groups`) looked
+    up beforehand: completion matches every row of a scan against the same names."""
+    assert template.simple is not None
     if len(uri) > MAX_URI_BYTES:
         return None
     matched = template.simple.fullmatch(uri)
     if matched is None:
         return None
-    groups = template.variable_names  # one group per variable, in order; the SDK refuses repeats
-    return [_unquoted(matched.group(groups.index(name) + 1)) if name in groups else None for name in names]
+    return [None if group is None else _unquoted(matched.group(group)) for group in groups]
 
 
 def _unquoted(text: str) -> str:
@@ -423,14 +438,31 @@ class CompletionQuery:
     def upper_bound(self) -> str | None:
         return uri_prefix_upper_bound(self.uri_prefix)
 
+    @cached_property
+    def _names(self) -> tuple[str, ...]:
+        return (self.argument, *self.context)
+
+    @cached_property
+    def _groups(self) -> tuple[int | None, ...] | None:
+        """The names' match groups in a simple template (None for another)."""
+        return None if self.template.simple is None else value_groups(self.template, self._names)
+
+    @cached_property
+    def _context_values(self) -> list[str]:
+        return list(self.context.values())
+
     def extract(self, uri: str) -> str | None:
         """The argument's value in ``uri``, if ``uri`` matches, agrees with the context and the value
         starts with the partial value."""
-        found = match_values(self.template, uri, (self.argument, *self.context))
+        groups = self._groups
+        if groups is None:
+            found = match_values(self.template, uri, self._names)
+        else:
+            found = simple_values(self.template, uri, groups)  # a scan's rows: looked up once
         if found is None:
             return None
         value, *context_values = found
-        if context_values != list(self.context.values()):
+        if context_values != self._context_values:
             return None
         if value is None or not value.startswith(self.partial):
             return None
