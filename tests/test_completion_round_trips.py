@@ -19,17 +19,15 @@ from catalog.core.completion import (
 )
 from catalog.core.grants import create_grant
 from catalog.core.principal import Principal
-from catalog.core.resources import upsert_many
-from catalog.core.schemas import GrantIn, ResourceIn, TemplateIn, TokenIn
+from catalog.core.schemas import GrantIn, TokenIn
 from catalog.core.service import Catalog
-from catalog.core.templates import create_template
-from catalog.core.tenants import Tenant, create_tenant
+from catalog.core.tenants import Tenant
 from catalog.core.tokens import create_token, delete_token, list_tokens
 from catalog.db.engine import create_engine
 from catalog.settings import Settings
+from tests.test_completion_skip_scan import TEMPLATE, tree_tenant
 
 SYSTEM = Principal.system("tests")
-TEMPLATE = "test://tree/{dir}/{file}"
 # Each value's first URI matches the template: the loose index scan is one statement.
 URIS = ["test://tree/a/x", "test://tree/a/y", "test://tree/b/z"]
 STATEMENT_METHODS = ("execute", "fetch", "fetchrow", "fetchval")
@@ -46,16 +44,7 @@ async def catalog(settings: Settings) -> AsyncIterator[Catalog]:
 @pytest.fixture
 async def tenant(catalog: Catalog) -> Tenant:
     """A tenant holding the template and ``URIS``."""
-    tenant = await create_tenant(catalog, "tree", "Tree")
-    await create_template(
-        catalog,
-        SYSTEM,
-        tenant,
-        TemplateIn.model_validate({"uriTemplate": TEMPLATE, "name": "t", "tags": ["tree"]}),
-    )
-    bodies = [ResourceIn.model_validate({"uri": uri, "name": uri, "text": "x"}) for uri in URIS]
-    await upsert_many(catalog, SYSTEM, tenant, bodies)
-    return tenant
+    return await tree_tenant(catalog, URIS)
 
 
 @pytest.fixture

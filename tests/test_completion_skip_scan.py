@@ -12,7 +12,7 @@ from catalog.core.resources import upsert_many
 from catalog.core.schemas import GrantIn, ResourceIn, TemplateIn
 from catalog.core.service import Catalog
 from catalog.core.templates import create_template
-from catalog.core.tenants import create_tenant
+from catalog.core.tenants import Tenant, create_tenant
 from catalog.db.engine import create_engine
 from catalog.settings import Settings
 
@@ -45,7 +45,8 @@ async def catalog(settings: Settings):
     await engine.dispose()
 
 
-async def _tenant(catalog: Catalog):
+async def tree_tenant(catalog: Catalog, uris: list[str] = URIS) -> Tenant:
+    """A tenant holding ``TEMPLATE`` and ``uris`` (also tests/test_completion_round_trips.py's)."""
     tenant = await create_tenant(catalog, "tree", "Tree")
     await create_template(
         catalog,
@@ -53,7 +54,7 @@ async def _tenant(catalog: Catalog):
         tenant,
         TemplateIn.model_validate({"uriTemplate": TEMPLATE, "name": "t", "tags": ["tree"]}),
     )
-    bodies = [ResourceIn.model_validate({"uri": uri, "name": uri, "text": "x"}) for uri in URIS]
+    bodies = [ResourceIn.model_validate({"uri": uri, "name": uri, "text": "x"}) for uri in uris]
     await upsert_many(catalog, SYSTEM, tenant, bodies)
     return tenant
 
@@ -74,7 +75,7 @@ async def _both(catalog: Catalog, principal: Principal, argument: str, partial: 
 
 
 async def test_first_segment_values_match_a_full_scan(catalog: Catalog) -> None:
-    tenant = await _tenant(catalog)
+    tenant = await tree_tenant(catalog)
     for partial in ("", "a", "b", "c", "d", "hid", "zz"):  # "zz": no candidate at all
         fast, slow = await _both(catalog, _admin(tenant), "dir", partial)
         assert fast == slow, partial
@@ -86,7 +87,7 @@ async def test_first_segment_values_match_a_full_scan(catalog: Catalog) -> None:
 
 
 async def test_first_segment_values_follow_visibility(catalog: Catalog) -> None:
-    tenant = await _tenant(catalog)
+    tenant = await tree_tenant(catalog)
     await create_grant(
         catalog, SYSTEM, tenant, GrantIn.model_validate({"scope": "s", "uriPrefix": "test://tree/"})
     )
@@ -110,7 +111,7 @@ async def test_first_segment_values_follow_visibility(catalog: Catalog) -> None:
 
 
 async def test_the_loose_scan_is_bounded(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
-    tenant = await _tenant(catalog)
+    tenant = await tree_tenant(catalog)
     monkeypatch.setattr(completion, "MAX_GROUPS", 3)
     result = await complete_argument(catalog, _admin(tenant), TEMPLATE, "dir", "")
     assert result.total is None and result.has_more
