@@ -36,7 +36,9 @@ STATEMENT_METHODS = ("execute", "fetch", "fetchrow", "fetchval")
 @pytest.fixture
 async def catalog(settings: Settings) -> AsyncIterator[Catalog]:
     # One pooled connection: the statements counted are all on it, none of them a new one's set-up.
-    engine = create_engine(settings.async_database_url(), pool_size=1, max_overflow=0)
+    engine = create_engine(
+        settings.async_database_url(), pool_size=1, max_overflow=0, transaction_pooler=settings.behind_pooler
+    )
     yield Catalog(engine=engine, settings=settings)
     await engine.dispose()
 
