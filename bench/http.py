@@ -113,7 +113,8 @@ class LoadResult:
 
     @property
     def rps(self) -> float:
-        return self.requests / self.seconds
+        """Answers a second that were what was asked for: a refusal is quick, not throughput."""
+        return (self.requests - self.errors) / self.seconds
 
     def summary(self) -> dict[str, float]:
         ordered = sorted(self.latencies) or [0.0]
