@@ -4,7 +4,7 @@ Each benchmark runs as a process of its own (``python -m bench.bench_X``), writi
 bench/results/; one that fails is reported and the others still run. Every server benchmark starts
 ``python -m catalog serve`` itself, as a user does, and each of its baselines in a process of its
 own. ``--quick`` uses a smaller catalogue and fewer, shorter runs (a few minutes on 2 cores); the
-full run is the one the goals are judged on (1,000,000 resources, 100k imported).
+full run is the one the goals are judged on (10,000,000 resources, 100k imported).
 
     python -m bench [--quick] [--only scale,read,...]
 """
@@ -26,7 +26,7 @@ HERE = Path(__file__).parent
 
 PLANS = {
     "full": {
-        "scale": ["--resources", "1000000", "--runs", "30"],
+        "scale": ["--resources", "10000000", "--runs", "30"],
         "read": ["--seconds", "5", "--rounds", "7", "--concurrency", "16"],
         "import": ["--resources", "100000", "--rounds", "2"],
         "start": ["--rounds", "3"],

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import math
 from typing import Any
 
 import asyncpg
@@ -50,9 +51,21 @@ def resource_tags(i: int) -> list[str]:
     return [f"t{(residue - 7) // 500}"] if residue in (7, 507, 1007, 1507, 2007) else []
 
 
+def sparse_prefixes(directories: int) -> list[str]:
+    """20 prefix grants that, with the tags' 0.2%, show 1% of ``directories`` directories: each a
+    directory at 1,000,000 resources, ten at 10,000,000 (``file:///repo/d0012`` is d00120-d00129)."""
+    wanted = max(20, directories * 8 // 1000)  # 0.8% of the directories
+    span = 10 ** max(0, round(math.log10(wanted / 20)))
+    step = max(span, directories // 20 // span * span)
+    digits = len(str(span)) - 1
+    return [
+        f"file:///repo/d{d:05d}/" if span == 1 else f"file:///repo/d{d:05d}"[:-digits]
+        for d in range(0, directories, step)
+    ][:20]
+
+
 async def seed_grants(database: Database, tenant_id: int, directories: int) -> list[str]:
-    step = max(1, directories // 20)
-    prefixes = [f"file:///repo/d{d:05d}/" for d in range(0, directories, step)][:20]
+    prefixes = sparse_prefixes(directories)
     conn = await asyncpg.connect(database.dsn)
     try:
         for prefix in prefixes:

@@ -1,8 +1,8 @@
-"""A million resources: deep pages, sparse visibility and completion, at the core and over HTTP.
+"""Millions of resources (10,000,000 in the full run): deep pages, sparse visibility and completion.
 
 One catalogue, COPY-loaded (``bench.bench_listing.seed_catalogue``: N resources in tenant ``bench``,
 ``file:///repo/dNNNNN/fNNNNNNN.txt``, 400 per directory; 20 prefix grants and 5 tag grants to scope
-``sparse`` that together show 1%), measured twice:
+``sparse`` that together show 1%: each grant one directory at 1,000,000, ten at 10,000,000), measured twice:
 
 - core: ``bench.bench_listing`` (``list_page`` keyset vs an OFFSET query, sparse vs admin);
 - HTTP: ``python -m catalog serve`` as a user starts it (one worker, the CLI's defaults), 2026-07-28
