@@ -51,16 +51,15 @@ from catalog.mcp.listen import (
     delivery_notifications,
     listen_terms,
 )
+from catalog.mcp.plain import LISTEN, SERVER_INFO_KEY
 from catalog.mcp.wire import SSE_HEADERS, SSE_KEEPALIVE, dumps, error_message, sse_frame
 from catalog.observability import metrics
 from catalog.observability.context import note_mcp
 
 logger = logging.getLogger("catalog.mcp")
 
-LISTEN = "subscriptions/listen"
 PING_INTERVAL_S = 15.0  # the SDK's own keep-alive interval for a committed SSE response
 MAX_BACKLOG = 1024  # frames a stream may hold unsent: a client that falls this far behind is slow
-SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
 # The hole for a stream's subscription id in a rendered frame: a control character is always
 # escaped in JSON, and no canonical URI holds one, so its encoding appears nowhere else in a frame.
 _SID = "\x00subscriptionId\x00"
