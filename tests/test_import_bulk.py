@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
+import dataclasses
 import hashlib
+import io
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -23,8 +26,14 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated
 
-from catalog.core.resources import ResourceRecord, record_from_row
+from catalog.core import transfer
+from catalog.core.principal import Principal
+from catalog.core.resources import ResourceRecord, bulk, record_from_row
+from catalog.core.service import Catalog
+from catalog.core.tenants import create_tenant
+from catalog.db.engine import create_engine
 from catalog.events.listener import BULK_EXPAND, listener_dsn
+from catalog.settings import Settings
 from tests.mcp_helpers import MODERN, module_database
 from tests.processes import Served, catalog_env, run_catalog, serving, started
 
@@ -209,6 +218,195 @@ def test_a_bad_line_fails_the_import_and_nothing_is_written(
     assert errors[4].startswith("catalog: nothing imported: 4 bad line(s)")
     assert len(errors) == 5 and "Traceback" not in result.err
     for table in ("resources", "resource_versions", "audit_log", "change_feed", "blobs", "resource_tags"):
+        assert tenant_rows(sql, table, "tenant_id") == [], table
+
+
+# -- writing while parsing: the staged rows written every WRITE_EVERY URIs ----------------------
+
+
+@pytest.fixture
+def write_statements(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Parse two lines at a time and write once two URIs are staged; count the writes (how many
+    URIs each)."""
+    counts: list[int] = []
+    real = bulk._write_staged
+
+    async def counted(raw: Any, tenant: Any, principal: Any, count: int, *args: Any, **kwargs: Any) -> None:
+        counts.append(count)
+        await real(raw, tenant, principal, count, *args, **kwargs)
+
+    monkeypatch.setattr(transfer, "CHUNK_SIZE", 2)
+    monkeypatch.setattr(transfer, "WRITE_EVERY", 2)
+    monkeypatch.setattr(bulk, "_write_staged", counted)
+    return counts
+
+
+def test_a_file_is_written_every_write_every_uris_with_the_same_rows_as_one_statement(
+    cli: Run, sql: Callable[..., list[asyncpg.Record]], tmp_path: Path, write_statements: list[int]
+) -> None:
+    lines = [{"uri": f"test://w/{i}", "name": f"w{i}", "text": f"body {i}", "tags": ["t"]} for i in range(5)]
+    cli("tenant", "create", "acme")
+    result = cli(
+        "import", "--tenant", "acme", str(write_jsonl(tmp_path / "in.jsonl", lines)), "--no-progress"
+    )
+    assert (result.code, result.out) == (0, "5 created, 0 updated, 0 unchanged, 0 failed\n")
+    assert write_statements == [2, 2, 1]  # chunks of the file staged and written while it is read
+
+    stored = {row["uri"]: record_of(row) for row in tenant_rows(sql, "resources", "uri")}
+    assert [(uri, r.text, r.version) for uri, r in stored.items()] == [
+        (f"test://w/{i}", f"body {i}", 1) for i in range(5)
+    ]
+    versions = tenant_rows(sql, "resource_versions", "uri")
+    assert [(v["uri"], v["version"], json.loads(v["snapshot"])) for v in versions] == [
+        (uri, 1, record.snapshot()) for uri, record in stored.items()
+    ]
+    audit = tenant_rows(sql, "audit_log", "uri")
+    assert [(a["uri"], a["action"], a["after_digest"]) for a in audit] == [
+        (uri, "resource.create", record.digest()) for uri, record in stored.items()
+    ]
+    feed = tenant_rows(sql, "change_feed", "seq")  # numbered on across the statements, in file order
+    assert [(f["seq"], f["uri"], f["op"]) for f in feed] == [
+        (i + 1, f"test://w/{i}", "created") for i in range(5)
+    ]
+    assert len(tenant_rows(sql, "resource_tags", "uri")) == 5
+
+    again = cli("import", "--tenant", "acme", str(tmp_path / "in.jsonl"), "--no-progress")
+    assert (again.code, again.out) == (0, "0 created, 0 updated, 5 unchanged, 0 failed\n")
+    assert len(tenant_rows(sql, "resource_versions", "uri")) == 5
+
+
+def test_a_uri_repeated_after_its_first_body_was_written_still_makes_one_version(
+    cli: Run, sql: Callable[..., list[asyncpg.Record]], tmp_path: Path, write_statements: list[int]
+) -> None:
+    """The first pass writes a and b, then meets a again: it rolls back and the file is imported
+    again with one write at the end, so a's last body wins and a has one version and one audit row."""
+    lines = [
+        {"uri": "test://a", "name": "a", "text": "first"},
+        {"uri": "test://b", "name": "b", "text": "b"},
+        {"uri": "test://c", "name": "c", "text": "c"},
+        {"uri": "test://a", "name": "a", "text": "last"},
+    ]
+    cli("tenant", "create", "acme")
+    result = cli(
+        "import", "--tenant", "acme", str(write_jsonl(tmp_path / "in.jsonl", lines)), "--no-progress"
+    )
+    assert (result.code, result.out) == (0, "3 created, 0 updated, 0 unchanged, 0 failed\n")
+    assert write_statements == [2, 3]  # a and b written, then everything again in one write
+
+    stored = {row["uri"]: row for row in tenant_rows(sql, "resources", "uri")}
+    assert {uri: (row["text"], row["version"]) for uri, row in stored.items()} == {
+        "test://a": ("last", 1),
+        "test://b": ("b", 1),
+        "test://c": ("c", 1),
+    }
+    assert [(v["uri"], v["version"], v["text"]) for v in tenant_rows(sql, "resource_versions", "uri")] == [
+        ("test://a", 1, "last"),
+        ("test://b", 1, "b"),
+        ("test://c", 1, "c"),
+    ]
+    assert [a["uri"] for a in tenant_rows(sql, "audit_log", "uri")] == ["test://a", "test://b", "test://c"]
+    feed = tenant_rows(sql, "change_feed", "seq")  # numbers the rolled-back pass took stay unused
+    assert [f["uri"] for f in feed] == ["test://a", "test://b", "test://c"]
+    assert [f["seq"] - feed[0]["seq"] for f in feed] == [0, 1, 2]
+
+
+def test_into_a_tenant_that_has_resources_everything_is_written_at_the_end(
+    cli: Run, sql: Callable[..., list[asyncpg.Record]], tmp_path: Path, write_statements: list[int]
+) -> None:
+    """Rows there before need their digests before (looked up per write, a join over the tenant):
+    written once, as before writing while parsing."""
+    cli("tenant", "create", "acme")
+    assert cli("import", "--tenant", "acme", str(write_jsonl(tmp_path / "1.jsonl", FIRST[:1]))).code == 0
+    lines = [{"uri": f"test://n/{i}", "name": f"n{i}", "text": "n"} for i in range(4)]
+    lines.append({"uri": "test://a", "name": "a", "text": "changed"})
+    result = cli("import", "--tenant", "acme", str(write_jsonl(tmp_path / "2.jsonl", lines)), "--no-progress")
+    assert (result.code, result.out) == (0, "4 created, 1 updated, 0 unchanged, 0 failed\n")
+    assert write_statements == [1, 5]
+    audit = [a for a in tenant_rows(sql, "audit_log", "id") if a["uri"] == "test://a"]
+    assert [a["action"] for a in audit] == ["resource.create", "resource.update"]
+    assert audit[1]["before_digest"] == audit[0]["after_digest"]
+
+
+def test_a_resource_another_writer_adds_meanwhile_makes_the_import_start_over_with_its_digest_before(
+    cli: Run, sql: Callable[..., list[asyncpg.Record]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tenant was empty when the import began, so its writes look nothing up; a row another
+    writer commits meanwhile is found by the upsert, and the import starts over the careful way."""
+    real = bulk._write_staged
+    writes: list[bool] = []
+
+    async def meanwhile(*args: Any, fresh: bool) -> None:
+        if not writes:  # committed by another connection (from a thread: this one's loop is busy)
+            with concurrent.futures.ThreadPoolExecutor(1) as other:
+                other.submit(
+                    sql,
+                    "INSERT INTO resources (tenant_id, uri, name, text, size)"
+                    " SELECT id, 'test://w/1', 'theirs', 'theirs', 6 FROM tenants WHERE slug = 'acme'",
+                ).result()
+        writes.append(fresh)
+        await real(*args, fresh=fresh)
+
+    monkeypatch.setattr(transfer, "CHUNK_SIZE", 2)
+    monkeypatch.setattr(transfer, "WRITE_EVERY", 2)
+    monkeypatch.setattr(bulk, "_write_staged", meanwhile)
+    lines = [{"uri": f"test://w/{i}", "name": f"w{i}", "text": "ours"} for i in range(3)]
+    cli("tenant", "create", "acme")
+    result = cli(
+        "import", "--tenant", "acme", str(write_jsonl(tmp_path / "in.jsonl", lines)), "--no-progress"
+    )
+    assert (result.code, result.out) == (0, "2 created, 1 updated, 0 unchanged, 0 failed\n")
+    assert writes == [True, False]  # the fresh write found their row; once more, looking it up
+    stored = {row["uri"]: row for row in tenant_rows(sql, "resources", "uri")}
+    assert {uri: (row["name"], row["text"]) for uri, row in stored.items()} == {
+        f"test://w/{i}": (f"w{i}", "ours") for i in range(3)
+    }
+    theirs = record_of(stored["test://w/1"])
+    audit = {a["uri"]: a for a in tenant_rows(sql, "audit_log", "uri")}
+    assert audit["test://w/1"]["action"] == "resource.update"
+    before = dataclasses.replace(theirs, name="theirs", text="theirs", size=6, mime_type=None, tags=())
+    assert audit["test://w/1"]["before_digest"] == before.digest()
+
+
+async def test_progress_counts_each_byte_once_when_the_import_starts_over(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(transfer, "CHUNK_SIZE", 1)
+    monkeypatch.setattr(transfer, "WRITE_EVERY", 1)
+    data = b"".join(
+        json.dumps(line).encode() + b"\n"
+        for line in (
+            {"uri": "test://a", "name": "a", "text": "1"},
+            {"uri": "test://b", "name": "b", "text": "2"},
+            {"uri": "test://a", "name": "a", "text": "3"},
+        )
+    )
+    engine = create_engine(settings.async_database_url(), pool_size=2)
+    catalog = Catalog(engine=engine, settings=settings)
+    progress: list[int] = []
+    try:
+        tenant = await create_tenant(catalog, "acme", "Acme")
+        stream = io.BytesIO(b"\n" + data)  # read from where the stream stands, not from its start
+        stream.readline()
+        report = await transfer.import_jsonl(
+            catalog, Principal.system("import"), tenant, stream, "in.jsonl", on_progress=progress.append
+        )
+    finally:
+        await engine.dispose()
+    assert (report.created, report.updated, report.unchanged, report.failed) == (2, 0, 0, [])
+    assert sum(progress) == len(data)
+
+
+def test_a_bad_line_after_rows_were_written_still_leaves_nothing(
+    cli: Run, sql: Callable[..., list[asyncpg.Record]], tmp_path: Path, write_statements: list[int]
+) -> None:
+    lines: list[object] = [{"uri": f"test://ok/{i}", "name": f"ok{i}", "text": "fine"} for i in range(4)]
+    path = write_jsonl(tmp_path / "in.jsonl", [*lines, '{"uri": "test://broken"'])
+    cli("tenant", "create", "acme")
+    result = cli("import", "--tenant", "acme", str(path), "--no-progress")
+    assert (result.code, result.out) == (1, "0 created, 0 updated, 0 unchanged, 1 failed\n")
+    assert result.err.startswith(f"{path}:5: invalid JSON")
+    assert write_statements == [2, 2]  # written, then rolled back with the rest
+    for table in ("resources", "resource_versions", "audit_log", "change_feed", "resource_tags"):
         assert tenant_rows(sql, table, "tenant_id") == [], table
 
 

@@ -46,7 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from catalog.core.errors import CatalogError
 from catalog.core.principal import Principal
 from catalog.core.resources import MAX_PAGE, ResourceRecord, list_page, upsert_many
-from catalog.core.resources.bulk import Prepared, prepare, upsert_all
+from catalog.core.resources.bulk import Prepared, StartOver, prepare, upsert_all
 from catalog.core.schemas import DIRECTORY_MIME_TYPE, ResourceIn
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
@@ -514,6 +514,7 @@ async def import_items(
 CHUNK_SIZE = 5000  # lines parsed, checked and COPYed at a time by the set-based import
 PARSE_WORKERS = 2  # processes parsing a large JSONL file while this one writes
 PARALLEL_BYTES = 4 * 1024 * 1024  # a file this large is worth the worker processes' start
+WRITE_EVERY = 25_000  # URIs staged before the database writes them (while later lines are parsed)
 
 
 def prepare_lines(name: str, lines: list[tuple[int, bytes]], max_bytes: int) -> list[Prepared | Problem]:
@@ -551,7 +552,8 @@ async def _prepared(
         try:
             for weight, lines in chunks:
                 pending.append((loop.run_in_executor(pool, prepare_lines, name, lines, max_bytes), weight))
-                if len(pending) > 2 * workers:
+                # A written batch's worth ahead: the workers parse the next while the database writes.
+                if len(pending) > WRITE_EVERY // CHUNK_SIZE + workers:
                     future, done_weight = pending.popleft()
                     yield await future, done_weight
             while pending:
@@ -575,15 +577,38 @@ async def import_jsonl(
 ) -> ImportReport:
     """Upsert the JSONL ``stream`` set-based, in one transaction (:mod:`catalog.core.resources.bulk`):
     every line, or -- when any is bad -- none, every bad one reported. ``workers``: processes that
-    parse while this one writes (0: a thread)."""
-    report = ImportReport()
+    parse while this one writes (0: a thread).
 
-    async def chunks() -> AsyncIterator[list[Prepared | tuple[str, str]]]:
+    From a file into a tenant with no resources yet, the staged rows are written every
+    ``WRITE_EVERY`` URIs, so that the database works while the lines after them are parsed. Should
+    a URI come again after its first body was written (or another writer add to the tenant
+    meanwhile), the import starts over from where the stream began and writes once, at the end;
+    progress already reported is not reported twice.
+    """
+    report = ImportReport()
+    start = stream.tell() if stream.seekable() else None
+    reported = 0  # progress reported so far (a second pass reports only what goes beyond it)
+
+    def progress(weight: int, done: list[int]) -> None:
+        nonlocal reported
+        done[0] += weight
+        if done[0] > reported:
+            on_progress(done[0] - reported)
+            reported = done[0]
+
+    async def chunks(done: list[int]) -> AsyncIterator[list[Prepared | tuple[str, str]]]:
         async for chunk, weight in _prepared(stream, name, catalog.settings.max_blob_bytes, workers):
             yield [(item.location, item.reason) if isinstance(item, Problem) else item for item in chunk]
-            on_progress(weight)
+            progress(weight, done)
 
-    written = await upsert_all(catalog, principal, tenant, chunks())
+    try:
+        written = await upsert_all(
+            catalog, principal, tenant, chunks([0]), write_every=WRITE_EVERY if start is not None else None
+        )
+    except StartOver:
+        assert start is not None
+        stream.seek(start)
+        written = await upsert_all(catalog, principal, tenant, chunks([0]))
     for location, reason in written.failed:
         found = Problem(location, reason)
         report.failed.append(found)

@@ -189,14 +189,32 @@ class _Failed(Exception):
     pass
 
 
+class StartOver(Exception):
+    """Writing as the rows are staged (``write_every``) met what only a single write at the end
+    does right: a URI again after its first body was written (it must make one version, of its
+    last body), or a row of the tenant that another writer made meanwhile (its audit row needs its
+    digest before). Nothing was written (the transaction rolled back); the caller imports again
+    without ``write_every``."""
+
+
 async def upsert_all(
     catalog: Catalog,
     principal: Principal,
     tenant: Tenant,
     chunks: AsyncIterable[Sequence[Prepared | tuple[str, str]]],
+    *,
+    write_every: int | None = None,
 ) -> BulkResult:
     """Write every prepared body of ``chunks`` (or, if any holds a failure ``(location, reason)``,
-    nothing); see the module docstring."""
+    nothing); see the module docstring.
+
+    ``write_every``: into a tenant with no resources yet (a first load), write the staged rows
+    (the upsert statement) each time that many are staged, in the same transaction, so that the
+    database writes while later lines are still parsed; with nothing there before, no staged row
+    can change an existing one, and the look-up of the rows before is skipped. Anything that
+    breaks that raises :class:`StartOver`. Otherwise (and into a tenant that has resources)
+    everything is written at the end.
+    """
     result = BulkResult()
     try:
         async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
@@ -206,8 +224,11 @@ async def upsert_all(
             await raw.execute("SET LOCAL statement_timeout = 0; SET LOCAL work_mem = '64MB'")
             await raw.execute(_CREATE_STAGING)
             await raw.execute(_CREATE_BEFORE)
-            uris: set[str] = set()
-            repeated = False
+            if write_every is not None and await raw.fetchval(_HAS_RESOURCES, tenant.id):
+                write_every = None
+            written: set[str] = set()  # URIs whose rows have been written
+            staged: set[str] = set()  # URIs in the staging table now
+            repeated = False  # whether a staged URI came more than once
             async for chunk in chunks:
                 records = []
                 for item in chunk:
@@ -222,8 +243,10 @@ async def upsert_all(
                     if result.failed:
                         continue  # nothing will be written: only look for more failures
                     uri = item.values[1]
-                    repeated = repeated or uri in uris
-                    uris.add(uri)
+                    if uri in written:
+                        raise StartOver(f"{uri} again after its first body was written")
+                    repeated = repeated or uri in staged
+                    staged.add(uri)
                     if item.blob is not None:
                         await blob_store.put_bytes(catalog, conn, tenant.id, item.blob, item.blob_mime_type)
                     records.append(tuple(item.values))
@@ -231,26 +254,54 @@ async def upsert_all(
                     await raw.copy_records_to_table(
                         STAGING, records=records, columns=STAGING_COLUMNS, timeout=_NO_TIMEOUT
                     )
+                    if write_every is not None and len(staged) >= write_every:
+                        await _write_staged(raw, tenant, principal, len(staged), repeated, result, fresh=True)
+                        await raw.execute(f"TRUNCATE {STAGING}")
+                        written |= staged
+                        staged, repeated = set(), False
             if result.failed:
                 raise _Failed
-            count = len(uris)
-            if repeated:  # the last body of a URI wins
-                await raw.execute(
-                    f"DELETE FROM {STAGING} AS s USING {STAGING} AS t WHERE t.uri = s.uri AND t.line > s.line",
-                    timeout=_NO_TIMEOUT,
-                )
-            await raw.execute(f"ANALYZE {STAGING}", timeout=_NO_TIMEOUT)
-            changed = await raw.fetch(_CHANGED_ROWS, tenant.id, timeout=_NO_TIMEOUT)
-            if changed:
-                await raw.copy_records_to_table(
-                    BEFORE, records=[(row["id"], _digest_before(row)) for row in changed], timeout=_NO_TIMEOUT
-                )
-            row = await raw.fetchrow(_UPSERT, tenant.id, principal.label, timeout=_NO_TIMEOUT)
-            result.created, result.updated = row["created"], row["updated"]
-            result.unchanged = count - result.created - result.updated
+            if staged:
+                fresh = write_every is not None
+                await _write_staged(raw, tenant, principal, len(staged), repeated, result, fresh=fresh)
     except _Failed:
         pass
     return result
+
+
+_HAS_RESOURCES = "SELECT EXISTS (SELECT 1 FROM resources WHERE tenant_id = $1)"
+
+
+async def _write_staged(
+    raw: Any,
+    tenant: Tenant,
+    principal: Principal,
+    count: int,
+    repeated: bool,
+    result: BulkResult,
+    *,
+    fresh: bool,
+) -> None:
+    """Upsert the staged rows (``count`` URIs), adding what happened to ``result``. ``fresh``: the
+    tenant had no resources when the import began, so none is looked up (each row must be new)."""
+    if repeated:  # the last body of a URI wins
+        await raw.execute(
+            f"DELETE FROM {STAGING} AS s USING {STAGING} AS t WHERE t.uri = s.uri AND t.line > s.line",
+            timeout=_NO_TIMEOUT,
+        )
+    await raw.execute(f"ANALYZE {STAGING}", timeout=_NO_TIMEOUT)
+    if not fresh:
+        changed = await raw.fetch(_CHANGED_ROWS, tenant.id, timeout=_NO_TIMEOUT)
+        if changed:
+            await raw.copy_records_to_table(
+                BEFORE, records=[(row["id"], _digest_before(row)) for row in changed], timeout=_NO_TIMEOUT
+            )
+    row = await raw.fetchrow(_UPSERT, tenant.id, principal.label, timeout=_NO_TIMEOUT)
+    if fresh and row["created"] != count:
+        raise StartOver("another writer added resources to the tenant meanwhile")
+    result.created += row["created"]
+    result.updated += row["updated"]
+    result.unchanged += count - row["created"] - row["updated"]
 
 
 def _digest_before(row: Any) -> str | None:
