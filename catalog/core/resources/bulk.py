@@ -11,6 +11,12 @@ or changed row, its version, its audit row; the change-feed rows by the statemen
 4. one ``INSERT ... SELECT ... ON CONFLICT (tenant_id, uri) DO UPDATE ... WHERE <something differs>``
    writes every new and changed row, and the same statement appends their versions and audit rows.
 
+Into a tenant with no resources yet (a first load, the large case), steps 2 and 4 repeat every
+``write_every`` URIs within the transaction, so that the database writes while the caller parses
+the lines after them, and step 3 is skipped (there is nothing to look up). What that cannot do
+right -- a URI again after its first body was written, a row another writer adds meanwhile --
+raises :class:`StartOver` after rolling back, and the caller writes once at the end instead.
+
 All or nothing: a body that breaks a rule, or names a blob the tenant does not have, fails the
 whole import (every such body is reported) and nothing is written. A URI given more than once
 counts once, its last body winning (one version, not one per line). A body that changes nothing
