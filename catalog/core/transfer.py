@@ -46,7 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from catalog.core.errors import CatalogError
 from catalog.core.principal import Principal
 from catalog.core.resources import MAX_PAGE, ResourceRecord, list_page, upsert_many
-from catalog.core.resources.bulk import Prepared, StartOver, prepare, upsert_all
+from catalog.core.resources.bulk import BulkResult, Prepared, StartOver, prepare, upsert_all
 from catalog.core.schemas import DIRECTORY_MIME_TYPE, ResourceIn
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
@@ -601,14 +601,19 @@ async def import_jsonl(
             yield [(item.location, item.reason) if isinstance(item, Problem) else item for item in chunk]
             progress(weight, done)
 
+    async def write(write_every: int | None) -> BulkResult:
+        parsed = chunks([0])
+        try:
+            return await upsert_all(catalog, principal, tenant, parsed, write_every=write_every)
+        finally:
+            await parsed.aclose()  # a pass that started over: its workers stop before the next reads
+
     try:
-        written = await upsert_all(
-            catalog, principal, tenant, chunks([0]), write_every=WRITE_EVERY if start is not None else None
-        )
+        written = await write(WRITE_EVERY if start is not None else None)
     except StartOver:
         assert start is not None
         stream.seek(start)
-        written = await upsert_all(catalog, principal, tenant, chunks([0]))
+        written = await write(None)
     for location, reason in written.failed:
         found = Problem(location, reason)
         report.failed.append(found)
