@@ -255,8 +255,27 @@ def check_answer(response: httpx.Response, request: Any, legacy: bool) -> None:
                 assert readable_id(request) == message["id"], (request, message)  # ERR-4: never id null
 
 
+LISTEN_ACKNOWLEDGED = "notifications/subscriptions/acknowledged"
+
+
 def post(http: httpx.Client, body: bytes, headers: dict[str, str]) -> httpx.Response:
-    return http.post("/mcp", content=body, headers=headers)
+    """The answer to ``body``, read to its end -- or, for a stream that a valid
+    ``subscriptions/listen`` keeps open (SUB-*: keep-alives every 15 s, so no read ever times
+    out), to the event that answers the request or acknowledges the subscription."""
+    with http.stream("POST", "/mcp", content=body, headers=headers) as response:
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            response.read()
+            return response
+        lines: list[str] = []
+        for line in response.iter_lines():
+            lines.append(line)
+            if line.startswith("data:") and line[5:].strip():
+                message = json.loads(line[5:])
+                answered = isinstance(message, dict) and ("result" in message or "error" in message)
+                if answered or (isinstance(message, dict) and message.get("method") == LISTEN_ACKNOWLEDGED):
+                    break
+    text = "\n".join(lines) + "\n"
+    return httpx.Response(response.status_code, headers={"content-type": "text/event-stream"}, text=text)
 
 
 def still_serving(srv: Served, http: httpx.Client) -> None:
@@ -331,6 +350,29 @@ def test_fuzzed_bodies_that_are_not_one_request_are_refused_cleanly(
         return
     # Not a request: never a result.
     assert not (response.status_code == 200 and '"result"' in response.text), response.text
+
+
+def test_a_valid_listen_among_the_fuzzed_requests_is_read_to_its_acknowledgement(
+    srv: Served, http: httpx.Client
+) -> None:
+    """The fuzzer can draw a valid ``subscriptions/listen``: its stream stays open, so ``post``
+    reads it to the acknowledgement (SUB-3) instead of waiting for an end that never comes."""
+    request = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "subscriptions/listen",
+        "params": {"_meta": envelope(), "notifications": {"resourcesListChanged": True}},
+    }
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": "subscriptions/listen",
+    }
+    response = post(http, encode_json(request), headers)
+    check_answer(response, request, legacy=False)
+    messages = sse_messages(response.text)
+    assert [m.get("method") for m in messages] == [LISTEN_ACKNOWLEDGED], messages
 
 
 def test_the_server_still_answers_after_the_fuzzing(srv: Served, http: httpx.Client) -> None:
