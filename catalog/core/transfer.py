@@ -589,20 +589,18 @@ async def import_jsonl(
     start = stream.tell() if stream.seekable() else None
     reported = 0  # progress reported so far (a second pass reports only what goes beyond it)
 
-    def progress(weight: int, done: list[int]) -> None:
+    async def chunks() -> AsyncIterator[list[Prepared | tuple[str, str]]]:
         nonlocal reported
-        done[0] += weight
-        if done[0] > reported:
-            on_progress(done[0] - reported)
-            reported = done[0]
-
-    async def chunks(done: list[int]) -> AsyncIterator[list[Prepared | tuple[str, str]]]:
+        done = 0
         async for chunk, weight in _prepared(stream, name, catalog.settings.max_blob_bytes, workers):
             yield [(item.location, item.reason) if isinstance(item, Problem) else item for item in chunk]
-            progress(weight, done)
+            done += weight
+            if done > reported:
+                on_progress(done - reported)
+                reported = done
 
     async def write(write_every: int | None) -> BulkResult:
-        parsed = chunks([0])
+        parsed = chunks()
         try:
             return await upsert_all(catalog, principal, tenant, parsed, write_every=write_every)
         finally:

@@ -80,6 +80,8 @@ ORDER BY r.uri
 FOR UPDATE OF r
 """
 
+_HAS_RESOURCES = "SELECT EXISTS (SELECT 1 FROM resources WHERE tenant_id = $1)"
+
 _UPSERT = f"""
 WITH up AS (
     INSERT INTO resources AS r (tenant_id, {", ".join(_WRITTEN)})
@@ -268,14 +270,11 @@ async def upsert_all(
             if result.failed:
                 raise _Failed
             if staged:
-                fresh = write_every is not None
+                fresh = write_every is not None  # written so far without looking anything up
                 await _write_staged(raw, tenant, principal, len(staged), repeated, result, fresh=fresh)
     except _Failed:
         pass
     return result
-
-
-_HAS_RESOURCES = "SELECT EXISTS (SELECT 1 FROM resources WHERE tenant_id = $1)"
 
 
 async def _write_staged(
