@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import struct
@@ -28,6 +29,7 @@ import pytest
 import pytest_asyncio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import async_playwright  # the `test` extra installs it
 
 from .conftest import _admin
@@ -539,3 +541,51 @@ async def test_a_pdf_is_previewed_in_a_frame_from_its_blob(
     # The console fetched the bytes with its token and framed them from a blob: URL of its own.
     assert (await frame.get_attribute("src")).startswith("blob:")
     assert await page.inner_text("#meta") and "application/pdf" in await page.inner_text("#meta")
+
+
+ACTIVE_BLOBS = [
+    (
+        "file:///hostile/page.html",
+        "text/html",
+        b"<html><body><script>window.__pwned = 1; document.title = 'pwned'</script></body></html>",
+    ),
+    (
+        "file:///hostile/picture.svg",
+        "image/svg+xml",
+        b'<svg xmlns="http://www.w3.org/2000/svg" width="2" height="2">'
+        b"<script>window.__pwned = 1; document.title = 'pwned'</script></svg>",
+    ),
+]
+
+
+@pytest.mark.parametrize(("uri", "mime_type", "data"), ACTIVE_BLOBS)
+async def test_a_download_link_opened_directly_runs_no_script_from_the_blob(
+    page: Any, server: Served, api: httpx.AsyncClient, uri: str, mime_type: str, data: bytes
+) -> None:
+    """The console's Download link is a blob: URL in the console's own origin (the bytes were
+    fetched with the token). Typed as the curator's HTML or SVG it would render there, script and
+    all, when opened in a tab of its own; it is typed application/octet-stream, so it downloads."""
+    created = await api.put(
+        f"/tenants/{TENANT}/resources",
+        params={"uri": uri},
+        json={"name": uri.rsplit("/", 1)[1], "mimeType": mime_type, "blob": base64.b64encode(data).decode()},
+    )
+    assert created.status_code in (200, 201), created.text
+    await sign_in(page, server)
+    await open_hash(page, server, f"/t/{TENANT}/r/{created.json()['id']}")
+    link = await page.wait_for_selector("#preview a[download]")
+    href = await link.get_attribute("href")
+    assert href is not None and href.startswith(f"blob:{server.base_url}/")
+    assert await page.query_selector("#image-preview") is None  # an SVG is not rendered, even in <img>
+    opened = await page.context.new_page()
+    try:
+        downloads: asyncio.Queue[Any] = asyncio.Queue()
+        opened.on("download", downloads.put_nowait)
+        with contextlib.suppress(PlaywrightError):  # the navigation is aborted: it became a download
+            await opened.goto(href)
+        assert await opened.evaluate("[window.__pwned ?? null, document.title]") == [None, ""]
+        download = await asyncio.wait_for(downloads.get(), WAIT_MS / 1000)
+        assert download.url == href
+        assert (await download.path()).read_bytes() == data  # the bytes, saved, not rendered
+    finally:
+        await opened.close()

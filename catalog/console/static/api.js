@@ -46,12 +46,25 @@ export async function call(method, path, { body, headers: extra, raw } = {}) {
 
 export const get = (path, opts) => call("GET", path, opts).then((r) => r.data);
 
-// Bytes of a blob as an object URL (the <img>/<iframe> cannot send the token themselves).
-export async function blobUrl(slug, sha256, mimeType) {
+// Types the console renders from a blob: images a browser only decodes, and PDF (Chromium's viewer
+// runs none of a PDF's script in the page's origin). An object URL belongs to the console's origin
+// and carries none of the server's download headers (attachment, nosniff, sandbox CSP): typed as a
+// curator's HTML or SVG, it would run that file's script as the console when opened in a tab.
+const PREVIEWABLE = new Set(["image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "application/pdf"]);
+
+// Bytes of a blob as object URLs (the <img>/<iframe> cannot send the token themselves): `download`
+// always, typed application/octet-stream so that opening it saves the bytes instead of rendering
+// them, and `preview`, typed, only for a type in PREVIEWABLE (else null).
+export async function blobUrls(slug, sha256, mimeType) {
   const response = await fetch(`${API}/tenants/${encodeURIComponent(slug)}/blobs/${sha256}`, { headers: headers() });
   if (!response.ok) throw new ApiError(response.status, await problemOf(response));
   const data = await response.blob();
-  return URL.createObjectURL(new Blob([data], { type: mimeType || data.type }));
+  const essence = (mimeType || "").split(";", 1)[0].trim().toLowerCase();
+  return {
+    download: URL.createObjectURL(new Blob([data], { type: "application/octet-stream" })),
+    preview: PREVIEWABLE.has(essence) ? URL.createObjectURL(new Blob([data], { type: essence })) : null,
+    type: essence,
+  };
 }
 
 // Upload with progress (fetch has no upload progress): XMLHttpRequest, same token, same problems.

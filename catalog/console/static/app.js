@@ -1,6 +1,6 @@
 // The catalog console: a client of the admin REST API (see /docs). Hash routes, one page at a time.
 
-import { ApiError, blobUrl, call, follow, get, session, upload } from "./api.js";
+import { ApiError, blobUrls, call, follow, get, session, upload } from "./api.js";
 import { append, bytes, clear, field, h, qs, when } from "./dom.js";
 import { lineDiff } from "./diff.js";
 
@@ -349,10 +349,10 @@ async function resourcePage(slug, id, params) {
     if (r.text !== undefined && r.text !== null) append(preview, [displayText(r.text, r.mimeType)]);
     else if (r.blobSha256) {
       const mime = r.mimeType || "";
-      blobUrl(slug, r.blobSha256, mime).then((url) => {
-        if (mime.startsWith("image/")) append(preview, [h("img", { src: url, alt: `preview of ${r.name}`, id: "image-preview" })]);
-        else if (mime === "application/pdf") append(preview, [h("iframe", { src: url, title: `PDF ${r.name}`, id: "pdf-preview" })]);
-        append(preview, [h("p", {}, h("a", { href: url, download: r.name }, "Download"), ` (${bytes(r.size)})`)]);
+      blobUrls(slug, r.blobSha256, mime).then((urls) => {
+        if (urls.preview && urls.type.startsWith("image/")) append(preview, [h("img", { src: urls.preview, alt: `preview of ${r.name}`, id: "image-preview" })]);
+        else if (urls.preview) append(preview, [h("iframe", { src: urls.preview, title: `PDF ${r.name}`, id: "pdf-preview" })]);
+        append(preview, [h("p", {}, h("a", { href: urls.download, download: r.name }, "Download"), ` (${bytes(r.size)})`)]);
       }).catch((err) => append(preview, [problemBox(err)]));
     } else append(preview, [h("p", { class: "muted" }, r.mimeType === "inode/directory" ? "A directory: no content of its own." : "No content.")]);
     if (editing) append(main, [editForm(r, etag)]);
