@@ -107,7 +107,7 @@ async def test_a_caller_over_its_rate_gets_429_with_retry_after_on_both_surfaces
         assert [a.status_code for a in answers[:5]] == [200] * 5
         limited = answers[-1]
         assert limited.status_code == 429 and int(limited.headers["retry-after"]) >= 1
-        assert limited.json()["error"]["code"] == RATE_LIMITED and limited.json()["id"] is None
+        assert limited.json()["error"]["code"] == RATE_LIMITED and limited.json()["id"] == 1  # ERR-3
         probes = [(await http.get("/healthz")).status_code for _ in range(10)]
         assert probes == [200] * 10
 

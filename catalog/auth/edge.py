@@ -31,7 +31,15 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from catalog.auth.quotas import RateLimiter, retry_after
-from catalog.auth.refusals import PARSE_ERROR, RATE_LIMITED, is_mcp_path, refusal
+from catalog.auth.refusals import (
+    PARSE_ERROR,
+    RATE_LIMITED,
+    RequestId,
+    bounded_body,
+    is_mcp_path,
+    refusal,
+    request_id_of,
+)
 from catalog.observability.metrics import REFUSALS
 
 MAX_MCP_BODY_BYTES = 4 * 1024 * 1024
@@ -134,15 +142,39 @@ class EdgeGuard:
                 detail = (
                     "too many requests from this caller; retry after the number of seconds in Retry-After"
                 )
-                headers_out = {"Retry-After": retry_after(wait)}
-                await refusal(path, 429, "Too many requests", detail, code=RATE_LIMITED, headers=headers_out)(
-                    scope, receive, send
-                )
+                await self._rate_limited(path, wait, scope, receive, send)
                 return
         if scope["method"] not in _BODY_METHODS or self.streamed_upload(path):
             await self.app(scope, receive, send)  # no body, or one its route streams and bounds
             return
         await self._bounded(path, scope, receive, send)
+
+    async def _rate_limited(self, path: str, wait: float, scope: Scope, receive: Receive, send: Send) -> None:
+        """429 with Retry-After. On ``/mcp`` the answer repeats the request's id (ERR-3), read from
+        a body no larger than the one the request could have sent anyway; a larger one is not read
+        (``id: null``, the connection closed)."""
+        detail = "too many requests from this caller; retry after the number of seconds in Retry-After"
+        headers_out = {"Retry-After": retry_after(wait)}
+        request_id: RequestId | None = None
+        complete = True
+        if is_mcp_path(path) and scope["method"] == "POST":
+            declared = _content_length(scope)
+            body = None
+            if declared is None or declared <= MAX_MCP_BODY_BYTES:
+                body = await bounded_body(receive, MAX_MCP_BODY_BYTES)
+            complete = body is not None
+            if body is not None:
+                request_id = request_id_of(body)
+        response = refusal(
+            path,
+            429,
+            "Too many requests",
+            detail,
+            code=RATE_LIMITED,
+            headers=headers_out,
+            request_id=request_id,
+        )
+        await (response if complete else _closing(response))(scope, receive, send)
 
     async def _bounded(self, path: str, scope: Scope, receive: Receive, send: Send) -> None:
         limit = MAX_MCP_BODY_BYTES if is_mcp_path(path) else self.max_admin_bytes
