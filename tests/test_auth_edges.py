@@ -5,6 +5,7 @@ malformed ``Authorization`` headers, and text logs that a credential cannot forg
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ import httpx
 import pytest
 import pytest_asyncio
 
+import catalog.auth
+import catalog.core.reading
 from catalog.auth.refusals import RATE_LIMITED, request_id_of
 from tests.mcp_helpers import Served, envelope, mcp_settings, modern_headers, module_database, served
 
@@ -23,7 +26,8 @@ asynchronous = pytest.mark.asyncio(loop_scope="session")
 async def limited(postgres_server: Any, template_database: str, tmp_path: Path) -> AsyncIterator[Served]:
     """A server whose callers get a burst of 3 requests and next to no refill."""
     async with module_database(postgres_server, template_database) as url:
-        settings = mcp_settings(url, tmp_path, rate_limit_per_minute=1, rate_limit_burst=3)
+        # next to no refill: a test's count of admitted requests never depends on how long it took
+        settings = mcp_settings(url, tmp_path, rate_limit_per_minute=0.0001, rate_limit_burst=3)
         async with served(settings) as s:
             yield s
 
@@ -67,3 +71,68 @@ async def test_a_rate_limited_mcp_request_gets_its_own_id_back_err_3(limited: Se
         # A refused GET has no body to read: null.
         refused = await http.get("/mcp", headers=headers)
         assert refused.status_code == 429 and refused.json()["id"] is None
+
+
+# -- failed authentication is charged to the caller's address --------------------------------------
+
+
+@asynchronous
+async def test_rotating_random_tokens_from_one_address_is_refused_before_any_lookup(
+    limited: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each distinct ``Authorization`` value has its own request budget, but a failed authentication
+    also spends its address's: after the burst (3) of failures, an unknown credential from that
+    address gets 429 (-31003 on /mcp, problem JSON on the admin API) without a token lookup. A
+    credential that has authenticated, and anonymous callers, from the same address still work."""
+    lookups: list[str] = []
+    looked_up, standing = catalog.auth.token_principal, catalog.core.reading.plain_standing
+
+    async def counted_lookup(catalog_: Any, token: str) -> Any:
+        lookups.append(token)
+        return await looked_up(catalog_, token)
+
+    async def counted_standing(catalog_: Any, key: Any, token: Any, principal: Any) -> Any:
+        if token is not None:  # the plain path's own lookup of an opaque token
+            lookups.append(token)
+        return await standing(catalog_, key, token, principal)
+
+    monkeypatch.setattr(catalog.auth, "token_principal", counted_lookup)
+    monkeypatch.setattr(catalog.core.reading, "plain_standing", counted_standing)
+    staff = {"Authorization": f"Bearer {limited.token('staff')}"}
+    admin = {"Authorization": "Bearer cat_test-platform-admin-token"}
+    async with httpx.AsyncClient(base_url=limited.base_url, timeout=10) as http:
+        # Known before the attack: each has authenticated once.
+        assert (await http.get("/admin/v1/tenants", headers=admin)).status_code == 200
+        known = await http.post(
+            "/mcp", json=_list_body(1), headers={**modern_headers("resources/list"), **staff}
+        )
+        assert known.status_code == 200
+        lookups.clear()
+        answers: list[httpx.Response] = []
+        for n in range(20):
+            forged = {"Authorization": f"Bearer cat_{secrets.token_urlsafe(32)}"}
+            if n % 2:
+                answers.append(await http.get("/admin/v1/tenants", headers=forged))
+            else:
+                headers = {**modern_headers("resources/list"), **forged}
+                answers.append(await http.post("/mcp", json=_list_body(f"forged-{n}"), headers=headers))
+        statuses = [answer.status_code for answer in answers]
+        assert statuses == [401] * 3 + [429] * 17
+        # An unknown opaque token costs one lookup on the admin API, two on /mcp (its fast path
+        # looks it up, then the full path that explains the refusal): bounded by the burst.
+        assert 3 <= len(lookups) <= 2 * 3
+        for n, answer in enumerate(answers[3:], start=3):
+            assert int(answer.headers["retry-after"]) >= 1
+            if n % 2:
+                assert answer.headers["content-type"] == "application/problem+json"
+                assert answer.json()["status"] == 429 and answer.json()["title"] == "Too many requests"
+            else:
+                assert answer.json()["error"]["code"] == RATE_LIMITED and answer.json()["id"] == f"forged-{n}"
+        lookups.clear()
+        assert (await http.get("/admin/v1/tenants", headers=admin)).status_code == 200
+        again = await http.post(
+            "/mcp", json=_list_body(2), headers={**modern_headers("resources/list"), **staff}
+        )
+        assert again.status_code == 200 and again.json()["id"] == 2
+        anonymous = await http.post("/mcp", json=_list_body(3), headers=modern_headers("resources/list"))
+        assert anonymous.status_code == 200 and anonymous.json()["result"]["resources"]

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Query, Request
 
-from catalog.auth import authenticate_request
+from catalog.auth import authenticate_caller
 from catalog.core.errors import Forbidden, InsufficientScope, NotFound, Unauthenticated
 from catalog.core.principal import Principal
 from catalog.core.service import Catalog
@@ -25,9 +25,7 @@ async def get_principal(request: Request, catalog: CatalogDep) -> Principal:
     """The caller. 401 (with a ``WWW-Authenticate`` challenge naming the protected-resource
     metadata: see :mod:`catalog.admin.problems`) without a usable bearer token, or with a token in
     the query string (RFC 6750 section 2.3 is not supported: URLs end up in logs)."""
-    principal = await authenticate_request(
-        catalog, request.headers.get("authorization"), request.scope.get("query_string", b"")
-    )
+    principal = await authenticate_caller(catalog, request.scope)
     if principal is None:
         raise Unauthenticated("this API needs a bearer token", error=None)
     note_principal(request.scope, principal)

@@ -1,6 +1,7 @@
 """Who is calling: bearer tokens (and the anonymous public tenant) turned into a ``Principal``.
 
-One function for every surface (:func:`authenticate_request`); the admin API and the MCP endpoint
+One function for every surface (:func:`authenticate_caller`, on :func:`authenticate_request`'s
+rule); the admin API and the MCP endpoint
 differ only in what they do with a missing token (the MCP endpoint may fall back to the public
 tenant). What a refused caller is told is ``catalog.auth.challenges``'s; the checks every request
 passes first (Host, Origin, rate, body) are ``catalog.auth.edge``'s.
@@ -11,7 +12,11 @@ from __future__ import annotations
 import hmac
 from urllib.parse import parse_qsl
 
+from starlette.datastructures import Headers
+from starlette.types import Scope
+
 from catalog.auth.jwt import jwt_verifier, looks_like_jwt
+from catalog.auth.quotas import authentication_failed, authentication_succeeded
 from catalog.core.errors import Unauthenticated
 from catalog.core.principal import Principal
 from catalog.core.service import Catalog
@@ -73,6 +78,20 @@ async def authenticate_request(
     rule, resolved by :func:`authenticate`; None when it carries none."""
     request_credentials(authorization, query_string)
     return await authenticate(catalog, authorization)
+
+
+async def authenticate_caller(catalog: Catalog, scope: Scope) -> Principal | None:
+    """:func:`authenticate_request` for an HTTP request, as both surfaces call it: a failure is
+    charged to the caller's address, a success marks its credential known (``quotas.Caller``)."""
+    authorization = Headers(scope=scope).get("authorization")
+    try:
+        principal = await authenticate_request(catalog, authorization, scope.get("query_string") or b"")
+    except Unauthenticated:
+        authentication_failed(scope)
+        raise
+    if principal is not None:
+        authentication_succeeded(scope)
+    return principal
 
 
 async def anonymous_principal(catalog: Catalog) -> Principal | None:

@@ -8,7 +8,10 @@ In order, before any route, parser or authentication runs:
    the metadata and the probes too, so nothing built from ``Host`` (the canonical resource URI, a
    challenge's metadata URL) ever comes from a name the operator did not list.
 2. **Request rate** (``catalog.auth.quotas.RateLimiter``): per caller (its bearer credential, else
-   its address), 429 with ``Retry-After``; health probes are exempt.
+   its address), 429 with ``Retry-After``; health probes are exempt. A failed authentication is
+   charged to the address as well (``quotas.authentication_failed``): once an address has spent
+   that budget, a credential from it that has not authenticated here before is refused before it
+   costs a database lookup (see ``quotas.Caller.admit``).
 3. **Body size and JSON depth**. ``/mcp``: :data:`MAX_MCP_BODY_BYTES` (the SDK's own 4 MiB default,
    so nothing the SDK would take is refused). Other JSON bodies: the base64 form of
    ``CATALOG_MAX_BLOB_BYTES`` plus :data:`JSON_OVERHEAD_BYTES`. Streamed uploads (the routes the
@@ -30,7 +33,7 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from catalog.auth.quotas import RateLimiter, retry_after
+from catalog.auth.quotas import CALLER_SCOPE_KEY, Caller, KnownCredentials, RateLimiter, retry_after
 from catalog.auth.refusals import (
     PARSE_ERROR,
     RATE_LIMITED,
@@ -86,11 +89,20 @@ def allowed(value: str, entries: list[str]) -> bool:
 
 def caller_key(scope: Scope, headers: Headers) -> str:
     """Whose budget a request spends: its bearer credential (hashed), else its address."""
+    credential = credential_key(headers)
+    return credential if credential is not None else "address:" + client_address(scope)
+
+
+def credential_key(headers: Headers) -> str | None:
     authorization = headers.get("authorization")
     if authorization:
         return "credential:" + hashlib.sha256(authorization.encode()).hexdigest()[:24]
+    return None
+
+
+def client_address(scope: Scope) -> str:
     client = scope.get("client")
-    return "address:" + (client[0] if client else "unknown")
+    return client[0] if client else "unknown"
 
 
 class EdgeGuard:
@@ -111,6 +123,7 @@ class EdgeGuard:
         self.allowed_origins = allowed_origins
         self.max_admin_bytes = max_admin_json_bytes(max_blob_bytes)
         self.rate_limiter = rate_limiter
+        self.known = KnownCredentials()
         self.streamed_upload = streamed_upload
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -136,7 +149,9 @@ class EdgeGuard:
             await refusal(path, 403, "Forbidden", detail)(scope, receive, send)
             return
         if path not in PROBE_PATHS:
-            wait = self.rate_limiter.take(caller_key(scope, headers))
+            caller = Caller(self.rate_limiter, self.known, client_address(scope), credential_key(headers))
+            scope[CALLER_SCOPE_KEY] = caller  # authentication reports back to it (quotas.Caller)
+            wait = caller.admit()
             if wait:
                 REFUSALS.labels("mcp" if is_mcp_path(path) else "admin", "requests").inc()
                 detail = (

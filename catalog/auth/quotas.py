@@ -12,8 +12,9 @@ import contextlib
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
+from typing import Any
 
 from catalog.core.principal import Principal
 
@@ -31,13 +32,20 @@ class RateLimiter:
 
     def take(self, key: str, now: float | None = None) -> float:
         """Spend one request of ``key``'s budget: 0 if allowed, else the seconds until it would be."""
+        return self._spend(key, 1.0, now)
+
+    def wait(self, key: str, now: float | None = None) -> float:
+        """The seconds until ``key`` could spend a request (0: now), spending nothing."""
+        return self._spend(key, 0.0, now)
+
+    def _spend(self, key: str, cost: float, now: float | None) -> float:
         if not self.enabled:
             return 0.0
         now = time.monotonic() if now is None else now
         tokens, at = self._buckets.pop(key, (self.burst, now))
         tokens = min(self.burst, tokens + (now - at) * self.rate)
         if tokens >= 1:
-            self._buckets[key] = (tokens - 1, now)
+            self._buckets[key] = (tokens - cost, now)
             retry = 0.0
         else:
             self._buckets[key] = (tokens, now)
@@ -45,6 +53,81 @@ class RateLimiter:
         while len(self._buckets) > MAX_TRACKED_CALLERS:
             self._buckets.popitem(last=False)
         return retry
+
+
+class KnownCredentials:
+    """Credentials (by the edge's hashed key) that have authenticated in this process, most recently
+    seen last: a request carrying one is never held back by its address's failed authentications
+    (callers behind one proxy share an address). Bounded like the rate buckets."""
+
+    def __init__(self) -> None:
+        self._keys: OrderedDict[str, None] = OrderedDict()
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._keys
+
+    def add(self, key: str) -> None:
+        self._keys[key] = None
+        self._keys.move_to_end(key)
+        while len(self._keys) > MAX_TRACKED_CALLERS:
+            self._keys.popitem(last=False)
+
+    def discard(self, key: str) -> None:
+        self._keys.pop(key, None)
+
+
+CALLER_SCOPE_KEY = "catalog.caller"
+
+
+@dataclass(slots=True)
+class Caller:
+    """Whose budgets a request spends, left in its ASGI scope by the edge so that authentication,
+    wherever it runs, reports its outcome here (:func:`authentication_failed`,
+    :func:`authentication_succeeded`)."""
+
+    limiter: RateLimiter
+    known: KnownCredentials
+    address: str
+    credential: str | None  # the edge's hashed key of the Authorization header, if one was sent
+
+    @property
+    def address_key(self) -> str:
+        return "address:" + self.address
+
+    @property
+    def failures_key(self) -> str:
+        return "failed-authentication:" + self.address
+
+    def admit(self, now: float | None = None) -> float:
+        """Spend this request's budget: 0 if admitted, else the seconds until it would be.
+
+        A credential spends its own bucket (callers behind one proxy share an address); one not
+        known to have authenticated must also find its address's failed-authentication budget not
+        spent, so rotating random credentials costs no database lookup once that is gone."""
+        if self.credential is None:
+            return self.limiter.take(self.address_key, now)
+        wait = self.limiter.take(self.credential, now)
+        if wait or self.credential in self.known:
+            return wait
+        return self.limiter.wait(self.failures_key, now)
+
+
+def authentication_failed(scope: MutableMapping[str, Any]) -> None:
+    """Charge a failed authentication to the caller's address (the one rule, both surfaces): each
+    one spends a request of the address's failed-authentication budget, and its credential is no
+    longer known good."""
+    caller = scope.get(CALLER_SCOPE_KEY)
+    if isinstance(caller, Caller):
+        caller.limiter.take(caller.failures_key)
+        if caller.credential is not None:
+            caller.known.discard(caller.credential)
+
+
+def authentication_succeeded(scope: MutableMapping[str, Any]) -> None:
+    """The request's credential authenticated: its address's failures no longer hold it back."""
+    caller = scope.get(CALLER_SCOPE_KEY)
+    if isinstance(caller, Caller) and caller.credential is not None:
+        caller.known.add(caller.credential)
 
 
 @dataclass(frozen=True)
