@@ -74,6 +74,11 @@ class Settings(BaseSettings):
     workers: int = Field(default=1, ge=1)
     # A 2025-11-25 session unused for this long ends (an open GET stream keeps it in use).
     session_idle_seconds: float = Field(default=1800, gt=0, le=7 * 24 * 3600)
+    # Live 2025-11-25 sessions (used within the idle time) one caller may hold (a credential; an
+    # anonymous caller: its address), and one tenant; counted in PostgreSQL, so across every worker
+    # and host. Beyond either, `initialize` is refused with 429 until one ends or idles out.
+    max_sessions_per_caller: int = Field(default=100, ge=1)
+    max_sessions_per_tenant: int = Field(default=10_000, ge=1)
     # OAuth 2.1 resource server (JWT access tokens); off unless issuer, audience and JWKS are all set.
     oauth_issuer: str | None = None
     oauth_audience: str | None = Field(default=None, description="the canonical /mcp URL tokens must name")

@@ -6,13 +6,15 @@ session ("Session not found"). Here a session lives in PostgreSQL (``catalog.cor
 every request is served on its own, by whichever process receives it, with the SDK's public kernel
 (``serve_one`` over a ``Connection`` rebuilt from the stored ``initialize`` parameters):
 
-* ``POST`` ``initialize`` opens a session (``Mcp-Session-Id`` in the answer); any other request
-  resumes it (one statement that checks the credential and the idle time and touches it) and is
-  answered on an SSE stream of its own, which also carries what the handler sends the client
-  meanwhile. A notification or a response is ``202``. A client's answer to a server-initiated
-  request (the consent form's ``elicitation/create``) is stored and announced on the
-  ``catalog_sessions`` NOTIFY channel, so the process whose read waits for it, wherever it runs,
-  continues.
+* ``POST`` ``initialize`` opens a session (``Mcp-Session-Id`` in the answer), keeping a bounded part
+  of its parameters (``-32602`` if even that is over the cap), unless the caller or its tenant
+  holds its cap of live sessions (429, ``Retry-After``, ``-31003``: see ``catalog.core.sessions``);
+  any other request resumes it (one statement that checks the credential and the idle time and
+  touches it) and is answered on an SSE stream of its own, which also carries what the handler
+  sends the client meanwhile. A notification or a response is ``202``. A client's answer to a
+  server-initiated request (the consent form's ``elicitation/create``) is stored and announced on
+  the ``catalog_sessions`` NOTIFY channel, so the process whose read waits for it, wherever it
+  runs, continues.
 * ``GET`` opens the session's stream for server-initiated messages. The process holding it produces
   them itself from the events every process receives (``list_changed`` for every session, and
   ``updated`` for the session's ``resources/subscribe`` URIs, which are stored with the session and
@@ -54,6 +56,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
+from catalog.auth.quotas import retry_after
+from catalog.auth.refusals import MCP_PATH, RATE_LIMITED, refusal
 from catalog.core import sessions as store
 from catalog.core.principal import Principal
 from catalog.core.service import Catalog
@@ -64,6 +68,7 @@ from catalog.mcp.context import PRINCIPAL_STATE_KEY, Ctx
 from catalog.mcp.listen import as_subscribed
 from catalog.mcp.revisions import for_revision
 from catalog.mcp.wire import SSE_HEADERS, SSE_KEEPALIVE, dumps, error_message, error_response, sse_frame
+from catalog.observability.metrics import REFUSALS, SESSION_REFUSALS
 
 logger = logging.getLogger("catalog.mcp.sessions")
 
@@ -374,7 +379,31 @@ class LegacySessions:
         assert connection.client_params is not None  # committed by the kernel on success
         params = connection.client_params.model_dump(mode="json", by_alias=True, exclude_none=True)
         version = connection.protocol_version
-        session_id = await store.open_session(self.host.catalog, principal, version, params)
+        client = scope.get("client")
+        try:
+            session_id = await store.open_session(
+                self.host.catalog, principal, version, params, address=client[0] if client else None
+            )
+        except store.UnstorableClientParams as exc:
+            SESSION_REFUSALS.labels("params").inc()
+            data = {"limit": store.CLIENT_PARAMS_MAX_BYTES}
+            body = error_message(INVALID_PARAMS, str(exc), id=message.id, data=data)
+            await Response(dumps(body), status_code=400, media_type="application/json")(scope, receive, send)
+            return
+        except store.TooManySessions as exc:
+            SESSION_REFUSALS.labels(exc.limit).inc()
+            REFUSALS.labels("mcp", "sessions").inc()
+            await refusal(
+                MCP_PATH,
+                429,
+                "Too many sessions",
+                str(exc),
+                code=RATE_LIMITED,
+                data={"limit": exc.limit, "allowed": exc.allowed},
+                headers={"Retry-After": retry_after(exc.retry_after)},
+                request_id=message.id,
+            )(scope, receive, send)
+            return
         result = for_revision(version, message.method, result)
         frame = sse_frame({"jsonrpc": "2.0", "id": message.id, "result": result})
         await _send_sse(send, [frame], session_id)

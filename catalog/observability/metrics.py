@@ -108,8 +108,15 @@ IMPORT_DURATION = Histogram(
 )
 REFUSALS = Counter(
     "catalog_rate_limited",
-    "Requests refused with 429, by surface (mcp, admin) and limit (requests, streams)",
+    "Requests refused with 429, by surface (mcp, admin) and limit (requests, streams, sessions)",
     ["surface", "limit"],
+)
+SESSION_REFUSALS = Counter(
+    "catalog_mcp_sessions_refused",
+    "2025-11-25 initialize requests that opened no session, by reason: caller or tenant (its live"
+    " sessions at CATALOG_MAX_SESSIONS_PER_CALLER/_PER_TENANT, 429), params (what the session would"
+    " keep is over its byte cap or not storable, -32602)",
+    ["reason"],
 )
 
 MCP_METHODS = frozenset(
