@@ -1,9 +1,9 @@
 """Faults (issue 6 point 5): a real ``catalog serve`` process on an embedded PostgreSQL we control.
 
 * PostgreSQL stopped under load: /readyz answers 503 at once; admin requests get 503 problem JSON
-  (``Retry-After``), MCP requests a JSON-RPC ``-32603`` (HTTP 503 when the failure is met while
-  authenticating the bearer token, before the SDK has the request; HTTP 200 from inside a handler,
-  the SDK's status for -32603); no 500, no request outlives a bound. PostgreSQL started again: the
+  (``Retry-After``), MCP requests a JSON-RPC ``-32603`` (HTTP 503 whether the failure is met while
+  authenticating the bearer token or inside a handler; a stream already begun keeps its 200); no
+  500, no request outlives a bound. PostgreSQL started again: the
   same process becomes ready by itself, reads work, and the LISTEN connection is back.
 * SIGKILL mid-upload (a slow streamed blob body) and mid-write (a resource transaction held just
   before its audit row): nothing partial is stored; after a restart the catalogue is consistent.

@@ -86,7 +86,7 @@ async def test_a_plain_listen_writes_the_sdk_paths_bytes_sub_2_sub_5_sub_10(
 ) -> None:
     """Ack, update and the result at shutdown, from both paths for the same request: equal."""
     terms = {
-        "resourceSubscriptions": [WATCHED, "not a uri"],
+        "resourceSubscriptions": [WATCHED],  # a malformed URI is refused: test_mcp_audit_fixes.py
         "resourcesListChanged": True,
         "toolsListChanged": True,
     }

@@ -18,8 +18,9 @@ notifications. Decisions:
   **this watcher may see** (SUB-6). Subscribed URIs that do not exist or are hidden are accepted and
   never fire, directory or not (so a subscription reveals nothing); they fire once they exist and
   are visible. After a ``gap``, every visible subscribed URI gets ``updated`` (level-triggered).
-* Matching is on canonical URIs (:func:`catalog.core.uris.normalize_uri`); a subscribed URI that is
-  not a valid URI is left out of what is honoured.
+* Matching is on canonical URIs (:func:`catalog.core.uris.normalize_uri`). A listen naming a URI
+  that is not a valid URI, or more than :data:`MAX_LISTEN_URIS`, is refused as a whole
+  (:func:`subscription_uris`).
 """
 
 from __future__ import annotations
@@ -87,6 +88,52 @@ def honoured_uris(requested: Iterable[str]) -> dict[str, str]:
     return out
 
 
+# The most URIs one listen may subscribe to (``resourceSubscriptions``, as sent). Each is matched
+# against every change of the tenant and looked up when the stream opens and when its grants
+# change; past this a listen is refused with -32602 rather than left to fail in the database.
+MAX_LISTEN_URIS = 10_000
+MAX_NAMED_INVALID = 10  # invalid URIs a refusal quotes (it says how many there were in all)
+
+
+class SubscriptionsRefused(Exception):
+    """A listen's ``resourceSubscriptions`` refused as a whole (too many, or not all valid URIs):
+    the request is invalid params, nothing is subscribed."""
+
+    def __init__(self, detail: str, data: dict[str, object]) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.data = data
+
+
+def subscription_uris(requested: Sequence[str]) -> dict[str, str]:
+    """A listen's subscribed URIs, each mapped to its canonical form (order kept, duplicates once);
+    :class:`SubscriptionsRefused` past :data:`MAX_LISTEN_URIS` or when any is not a valid URI. A
+    URI the listen cannot honour is refused by name rather than left out of the acknowledgement,
+    where a client matching notifications to what it sent would wait for it in vain."""
+    if len(requested) > MAX_LISTEN_URIS:
+        raise SubscriptionsRefused(
+            f"A listen may subscribe to at most {MAX_LISTEN_URIS} URIs; this one names {len(requested)}",
+            {"limit": MAX_LISTEN_URIS, "count": len(requested)},
+        )
+    out: dict[str, str] = {}
+    invalid: list[str] = []
+    for uri in requested:
+        if uri in out:
+            continue
+        try:
+            out[uri] = normalize_uri(uri)
+        except InvalidUri:
+            invalid.append(uri)
+    if invalid:
+        named = invalid[:MAX_NAMED_INVALID]
+        raise SubscriptionsRefused(
+            f"resourceSubscriptions holds {len(invalid)} URI(s) that are not valid URIs: "
+            + ", ".join(repr(uri[:200]) for uri in named),
+            {"invalidUris": named, "invalidCount": len(invalid)},
+        )
+    return out
+
+
 @dataclass
 class Watch:
     catalog: Catalog
@@ -100,10 +147,15 @@ class Watch:
     def tenant_id(self) -> int:
         return self.visibility.tenant_id
 
-    async def reload(self) -> None:
+    async def reload(self) -> set[str]:
+        """Load the principal's visibility again (its grants or tenant changed); the subscribed
+        URIs it shows or hides (stored resources visible before and not after, or after and not
+        before), in one transaction."""
         async with self._conn() as conn:
+            shown_before = await _visible(conn, self.visibility, self.uris)
             self.visibility = await load_visibility(conn, self.principal, self.tenant_id)
             self.directories = await _directories(conn, self.visibility, self.uris)
+            return shown_before ^ await _visible(conn, self.visibility, self.uris)
 
     def add(self, uri: str) -> None:
         self.uris = self.uris | {uri}
@@ -120,12 +172,12 @@ class Watch:
             if event.tenant_id != self.tenant_id:
                 continue
             if event.kind in ("grant", "tenant", "gap"):
-                await self.reload()
+                changed = await self.reload()
                 list_changed = True
                 if event.kind == "gap":
-                    for uri in sorted(self.uris):
-                        if await self._resource_visible(uri):
-                            updated[uri] = None
+                    changed = {uri for uri in self.uris if await self._resource_visible(uri)}
+                for uri in sorted(changed):
+                    updated[uri] = None  # shown or hidden by the grants, as a tag flip would
                 continue
             uri = event.uri
             if uri is None:
@@ -277,6 +329,18 @@ def _directory_probe(engine: AsyncEngine) -> DirectoryProbe:
     if probe is None:
         probe = _probes[engine] = DirectoryProbe(engine)
     return probe
+
+
+async def _visible(conn: AsyncConnection, visibility: Visibility, uris: frozenset[str]) -> set[str]:
+    """Which of ``uris`` are stored resources ``visibility`` shows (one query, none without URIs)."""
+    if not uris or visibility.nothing:
+        return set()
+    rows = await conn.execute(
+        select(resources.c.uri).where(
+            visibility.resources_clause(resources), resources.c.uri.in_(sorted(uris))
+        )
+    )
+    return set(rows.scalars())
 
 
 async def _directories(conn: AsyncConnection, visibility: Visibility, uris: frozenset[str]) -> set[str]:

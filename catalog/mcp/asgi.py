@@ -25,18 +25,19 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_PROTOCOL_VERSION_HEADER
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
-from catalog.auth import anonymous_principal, authenticate, authenticate_request, request_credentials
+from catalog.auth import anonymous_principal, authenticate, authenticate_caller, request_credentials
 from catalog.auth.challenges import bearer_challenge
-from catalog.auth.quotas import StreamQuotas
-from catalog.auth.refusals import RATE_LIMITED, refusal
+from catalog.auth.quotas import StreamQuotas, authentication_succeeded
+from catalog.auth.refusals import RATE_LIMITED, RequestId, refusal, request_id_of
 from catalog.core.errors import Unauthenticated, database_unavailable, pool_exhausted
 from catalog.core.principal import Principal
 from catalog.core.service import Catalog
 from catalog.core.tokens import is_opaque_token
-from catalog.mcp.context import MCP_PATH, PRINCIPAL_STATE_KEY
+from catalog.mcp.context import MCP_PATH, PRINCIPAL_STATE_KEY, UNAVAILABLE_STATE_KEY
+from catalog.mcp.listen import refused_filter
 from catalog.mcp.plain import (
     answer_plain,
     names_plain_method,
@@ -56,6 +57,7 @@ logger = logging.getLogger("catalog.mcp")
 
 PRINCIPAL_CACHE_SECONDS = 10.0
 STREAM_RETRY_AFTER_S = 5
+UNAVAILABLE_RETRY_AFTER_S = 1
 BUSY_MESSAGE = "Service unavailable: every database connection of this server is busy; retry later"
 
 
@@ -100,16 +102,62 @@ def is_stream_request(scope: Scope) -> bool:
     return is_modern_request(scope) and Headers(scope=scope).get(MCP_METHOD_HEADER) == "subscriptions/listen"
 
 
-def unavailable_response(busy: bool = False) -> JSONResponse:
-    """A database failure before the response began: HTTP 503 with a ``-32603`` body (``busy``:
-    every pooled connection in use, see ``catalog.db.engine.pool_exhausted``)."""
-    message = BUSY_MESSAGE if busy else UNAVAILABLE_MESSAGE
-    body = {
-        "jsonrpc": "2.0",
-        "id": None,
-        "error": {"code": types.INTERNAL_ERROR, "message": message, "data": {"retryable": True}},
-    }
-    return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
+def unavailable_response(busy: bool = False, request_id: RequestId | None = None) -> Response:
+    """A database failure before the response began: HTTP 503 with ``Retry-After`` and a retryable
+    ``-32603`` repeating the request's id (ERR-3; ``busy``: every pooled connection in use, see
+    ``catalog.db.engine.pool_exhausted``). The same bytes as a handler's such answer
+    (``catalog.mcp.server.unavailable_error``), which the edge sends with this status too."""
+    return refusal(
+        MCP_PATH,
+        503,
+        "Service unavailable",
+        BUSY_MESSAGE if busy else UNAVAILABLE_MESSAGE,
+        code=types.INTERNAL_ERROR,
+        data={"retryable": True},
+        headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)},
+        request_id=request_id,
+    )
+
+
+def as_unavailable(start: Message) -> Message:
+    """A handler's ``-32603`` for an unavailable database sent as one JSON response: its start with
+    the status and ``Retry-After`` of :func:`unavailable_response`."""
+    headers = [(name, value) for name, value in start.get("headers", []) if name.lower() != b"retry-after"]
+    headers.append((b"retry-after", str(UNAVAILABLE_RETRY_AFTER_S).encode()))
+    return {**start, "status": 503, "headers": headers}
+
+
+def _is_json(start: Message) -> bool:
+    return any(
+        name.lower() == b"content-type" and value.split(b";")[0].strip() == b"application/json"
+        for name, value in start.get("headers", [])
+    )
+
+
+def _id_of(body: bytes | None) -> RequestId | None:
+    return request_id_of(body) if body else None
+
+
+class _Sending:
+    """``send`` for the plain path, noting whether its response began."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        self.started = True
+        await self._send(message)
+
+    def to_the_sdk(self, exc: Exception, method: str) -> bool:
+        """Whether the plain path's failure ``exc`` leaves the request to the SDK: any fault met
+        before the response began (RES-19) but the database being unavailable (the edge's 503 on
+        either path). The SDK answers it as every error of this path is answered: the same
+        ``-32603`` with the request's id and the same status as a request sent there."""
+        if self.started or database_unavailable(exc):
+            return False
+        logger.warning("mcp %s: the plain path failed, the SDK answers: %r", method, exc)
+        return True
 
 
 class McpEdge:
@@ -140,30 +188,39 @@ class McpEdge:
 
         async def watched_send(message: Message) -> None:
             nonlocal started
-            started = started or message["type"] == "http.response.start"
+            if message["type"] == "http.response.start":
+                started = True
+                # One status for one condition: a handler that met an unavailable database answers
+                # as the edge does before dispatch, 503 (a stream already begun keeps its 200).
+                if scope.get("state", {}).get(UNAVAILABLE_STATE_KEY) and _is_json(message):
+                    message = as_unavailable(message)
             await send(message)
 
+        body: bytes | None = None
         try:
+            if scope.get("method") == "POST":
+                # The app's edge has read and bounded the body already: taking it here costs
+                # nothing, and every error answered before dispatch can repeat its id (ERR-3).
+                body = await received_body(receive)
+                if body is None:
+                    return  # the client went away before its request was complete
+                receive = replaying(body, receive)
             if is_short_modern_request(scope):
                 # Answered inline, so the token lookup and the handler's transactions share one
                 # pooled connection instead of checking out one each; taken before anything runs,
                 # so an exhausted pool is this 503, not a JSON-RPC error inside a 200.
                 async with catalog.request_connection(eager=True):
-                    if names_plain_method(scope) and plain_answers_enabled():
-                        body = await received_body(receive)
-                        if body is None:
-                            return  # the client went away before its request was complete
-                        if await self._plain(catalog, scope, body, watched_send):
-                            return
-                        receive = replaying(body, receive)
-                    await self._authenticated(catalog, scope, receive, watched_send)
+                    plain = body is not None and names_plain_method(scope) and plain_answers_enabled()
+                    if plain and await self._plain(catalog, scope, body or b"", watched_send):
+                        return
+                    await self._authenticated(catalog, scope, receive, watched_send, body)
                 return
             if is_stream_request(scope):
                 # A stream holds no pooled connection, but setting it up takes one: an exhausted
                 # pool is this 503 now rather than an error on a stream that has already begun.
                 async with catalog.engine.connect():
                     pass
-            await self._authenticated(catalog, scope, receive, watched_send)
+            await self._authenticated(catalog, scope, receive, watched_send, body)
         except Exception as exc:
             # Whatever needed the database before the response began (the pool exhausted, the
             # database down) is 503 with Retry-After; once a response or stream has started, its
@@ -171,7 +228,7 @@ class McpEdge:
             if started or not database_unavailable(exc):
                 raise
             logger.warning("mcp: database unavailable: %r", exc)
-            await unavailable_response(pool_exhausted(exc))(scope, receive, send)
+            await unavailable_response(pool_exhausted(exc), _id_of(body))(scope, receive, send)
 
     async def _plain(self, catalog: Catalog, scope: Scope, body: bytes, send: Send) -> bool:
         """Answer a plain read or list page (``catalog.mcp.plain``); False when the request must
@@ -192,28 +249,43 @@ class McpEdge:
             return False  # the full path tells the caller why
         if token is None and (principal is None or principal.tenant_id is None):
             return False
-        answered = await answer_plain(
-            scope, send, catalog, request, token=token, principal=principal, server_info=self.host.server_info
-        )
+        sending = _Sending(send)
+        try:
+            answered = await answer_plain(
+                scope,
+                sending,
+                catalog,
+                request,
+                token=token,
+                principal=principal,
+                server_info=self.host.server_info,
+            )
+        except Exception as exc:
+            if not sending.to_the_sdk(exc, request.method):
+                raise
+            return False
         if answered is None:
             return False
+        if token is not None or (principal is not None and principal.kind != "anonymous"):
+            authentication_succeeded(scope)  # the credential is known good (catalog.auth.quotas)
         scope.setdefault("state", {})[PRINCIPAL_STATE_KEY] = answered
         return True
 
-    async def _authenticated(self, catalog: Catalog, scope: Scope, receive: Receive, send: Send) -> None:
-        authorization = Headers(scope=scope).get("authorization")
+    async def _authenticated(
+        self, catalog: Catalog, scope: Scope, receive: Receive, send: Send, body: bytes | None
+    ) -> None:
         try:
-            principal = await authenticate_request(catalog, authorization, scope.get("query_string") or b"")
+            principal = await authenticate_caller(catalog, scope)
             if principal is None:
                 principal = await self._anonymous_principal(catalog)
         except Unauthenticated as exc:
-            await self._challenge(scope, 401, exc.error, exc.detail)(scope, receive, send)
+            await self._challenge(scope, exc.status, exc.error, exc.detail)(scope, receive, send)
             return
         except Exception as exc:
             if not database_unavailable(exc):
                 raise
             logger.warning("mcp: database unavailable while authenticating: %r", exc)
-            await unavailable_response(pool_exhausted(exc))(scope, receive, send)
+            await unavailable_response(pool_exhausted(exc), _id_of(body))(scope, receive, send)
             return
         if principal is None:
             detail = "this endpoint needs a bearer token"
@@ -238,20 +310,34 @@ class McpEdge:
                     f"Too many open streams: {refused}",
                     code=RATE_LIMITED,
                     headers={"Retry-After": str(STREAM_RETRY_AFTER_S)},
+                    request_id=_id_of(body),
                 )(scope, receive, send)
                 return
             with stream_open(is_modern_request(scope)):
-                if is_modern_request(scope) and self.host.plain_listens_open and plain_answers_enabled():
-                    body = await received_body(receive)
-                    if body is None:
-                        return  # the client went away before its request was complete
+                if (
+                    body is not None
+                    and is_modern_request(scope)
+                    and self.host.plain_listens_open
+                    and plain_answers_enabled()
+                ):
                     request = plain_request(scope, body)
-                    if request is not None and request.notifications is not None:
-                        await self.host.plain_listens.serve(
-                            scope, receive, send, principal, request.request_id, request.notifications
-                        )
-                        return
-                    receive = replaying(body, receive)
+                    if (
+                        request is not None
+                        and request.notifications is not None
+                        # A refused filter's -32602 is the SDK handler's to send: one author.
+                        and refused_filter(request.notifications) is None
+                    ):
+                        await receive()  # the body, replayed: what the stream reads next is the disconnect
+                        sending = _Sending(send)
+                        try:
+                            await self.host.plain_listens.serve(
+                                scope, receive, sending, principal, request.request_id, request.notifications
+                            )
+                            return
+                        except Exception as exc:
+                            if not sending.to_the_sdk(exc, request.method):
+                                raise
+                        receive = replaying(body, receive)
                 await self._dispatch(scope, receive, send)
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -29,6 +29,9 @@ CREDENTIAL_ENDED = -31002  # a stream's credential was revoked or expired: the s
 
 # Where the edge (``catalog.mcp.asgi``) leaves the authenticated principal in the ASGI scope.
 PRINCIPAL_STATE_KEY = "catalog_principal"
+# Where a handler's middleware notes that it answered "the database is unavailable" (``-32603``,
+# retryable), so the edge sends that answer with the status the edge's own such answers have (503).
+UNAVAILABLE_STATE_KEY = "catalog_database_unavailable"
 
 Ctx = ServerRequestContext[Any, Any]
 

@@ -23,7 +23,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
 from catalog.core.service import Catalog
-from catalog.core.watching import Delivery, honoured_uris, open_watch
+from catalog.core.watching import Delivery, SubscriptionsRefused, open_watch, subscription_uris
 from catalog.events.credentials import CredentialHold
 from catalog.mcp.context import CREDENTIAL_ENDED, Ctx, principal_of
 from catalog.mcp.sdk_private import listen_sink
@@ -44,14 +44,25 @@ class ListenHost(Protocol):
 def listen_terms(
     requested: types.SubscriptionFilter, *, live: bool
 ) -> tuple[dict[str, str], types.SubscriptionFilter]:
-    """What a listen is honoured (SUB-3): the valid requested URIs (as sent -> canonical) and the
-    filter its ack names; nothing without a live event hub."""
-    uris = honoured_uris(requested.resource_subscriptions or ()) if live else {}
+    """What a listen is honoured (SUB-3): the requested URIs (as sent -> canonical) and the filter
+    its ack names; nothing without a live event hub. A filter naming an invalid URI or too many is
+    refused (:func:`refused_filter`)."""
+    uris = subscription_uris(requested.resource_subscriptions or ()) if live else {}
     honoured = types.SubscriptionFilter(
         resources_list_changed=True if (live and requested.resources_list_changed) else None,
         resource_subscriptions=list(uris) if (live and requested.resource_subscriptions) else None,
     )
     return uris, honoured
+
+
+def refused_filter(requested: types.SubscriptionFilter) -> MCPError | None:
+    """The ``-32602`` a listen with this filter is refused with, before anything is streamed (its
+    ``resourceSubscriptions`` past the limit or naming an invalid URI); None when it may open."""
+    try:
+        subscription_uris(requested.resource_subscriptions or ())
+    except SubscriptionsRefused as refused:
+        return MCPError(types.INVALID_PARAMS, refused.detail, data=refused.data)
+    return None
 
 
 def as_subscribed(delivery: Delivery, subscriptions: Mapping[str, str]) -> Delivery:
@@ -123,6 +134,9 @@ class ListenStreams:
             raise MCPError(types.INVALID_REQUEST, "subscriptions/listen needs a request id")
         principal = principal_of(ctx)
         hub = self._host.hub
+        refused = refused_filter(params.notifications)
+        if refused is not None:
+            raise refused
         uris, honoured = listen_terms(params.notifications, live=hub is not None)
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: sid}  # same JSON type as the request id
         sink = listen_sink(ctx)

@@ -18,7 +18,14 @@ from mcp.shared.exceptions import MCPError
 from catalog.core.errors import database_unavailable
 from catalog.core.service import Catalog
 from catalog.mcp import handlers
-from catalog.mcp.context import DISCOVER_TTL_MS, SERVER_NAME, SERVER_VERSION, Ctx, principal_of
+from catalog.mcp.context import (
+    DISCOVER_TTL_MS,
+    SERVER_NAME,
+    SERVER_VERSION,
+    UNAVAILABLE_STATE_KEY,
+    Ctx,
+    principal_of,
+)
 from catalog.mcp.listen import ListenStreams
 from catalog.mcp.sdk_private import sdk_tracing_middleware_index
 from catalog.mcp.sessions import LegacySessions
@@ -87,13 +94,15 @@ def request_state_key(signing_key: bytes) -> bytes:
 
 
 def unavailable_error() -> MCPError:
-    """A database failure inside a handler: ``-32603`` (sent with HTTP 200, as the SDK does)."""
+    """A database failure inside a handler: ``-32603``, retryable (sent with HTTP 503 and
+    ``Retry-After`` when the answer is one JSON response: ``catalog.mcp.asgi``)."""
     return MCPError(types.INTERNAL_ERROR, UNAVAILABLE_MESSAGE, data={"retryable": True})
 
 
 async def database_errors(ctx: Ctx, call_next: CallNext) -> HandlerResult:
     """Outermost middleware: a database failure in any handler is a clean ``-32603`` naming the
-    cause (instead of the SDK's generic "Internal server error" and a traceback in the log)."""
+    cause (instead of the SDK's generic "Internal server error" and a traceback in the log), noted
+    in the request's scope so the edge gives it the status of every other such answer (503)."""
     try:
         return await call_next(ctx)
     except MCPError:
@@ -102,6 +111,8 @@ async def database_errors(ctx: Ctx, call_next: CallNext) -> HandlerResult:
         if not database_unavailable(exc):
             raise
         logger.warning("mcp %s: database unavailable: %r", ctx.method, exc)
+        if ctx.request is not None:
+            ctx.request.scope.setdefault("state", {})[UNAVAILABLE_STATE_KEY] = True
         raise unavailable_error() from None
 
 
