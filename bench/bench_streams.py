@@ -59,8 +59,9 @@ def serve(database: Database, workers: int, streams: int) -> Iterator[ServerProc
 
     Every stream here is an anonymous caller from one address on one tenant, so the fair-use limits
     that would refuse them by design (anonymous streams, default 100 per host; streams per tenant,
-    5,000 shared by the workers; requests per caller) are raised for the run, as an operator serving
-    that many anonymous agents would; nothing else departs from the defaults.
+    5,000 shared by the workers; requests per caller; connections per address, 256) are raised for
+    the run, as an operator serving that many anonymous agents would; nothing else departs from the
+    defaults.
     """
     home = tempfile.mkdtemp(prefix="catalog-bench-home-")
     env = server_env(
@@ -70,6 +71,7 @@ def serve(database: Database, workers: int, streams: int) -> Iterator[ServerProc
         CATALOG_MAX_STREAMS_PER_TENANT=str(2 * streams),
         CATALOG_MAX_STREAMS=str(max(10_000, 2 * streams)),
         CATALOG_RATE_LIMIT_PER_MINUTE="0",
+        CATALOG_MAX_CONNECTIONS_PER_ADDRESS="0",
     )
     with catalog_serve(env, workers=workers, demo=True) as server:
         yield server

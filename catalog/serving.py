@@ -24,23 +24,37 @@ The serve entry owns everything process-wide (the app factory owns none of it):
   line per request instead) and its loggers use catalog's format (``CATALOG_LOG_FORMAT``). The
   supervisor gives its workers one fresh ``PROMETHEUS_MULTIPROC_DIR`` before they start, so
   ``/metrics`` on any worker is the sum of all, and drops a dead worker's live gauges.
+* **What a connection may cost before a request runs** (:class:`GuardedHttpProtocol`, uvicorn's
+  httptools protocol with three bounds uvicorn lacks): the bytes of a request head
+  (``CATALOG_MAX_HEADER_BYTES``, 431), the time to send one (``CATALOG_HEADER_TIMEOUT_SECONDS``,
+  408) and the connections one client address holds open (``CATALOG_MAX_CONNECTIONS_PER_ADDRESS``,
+  503). An idle keep-alive connection is closed by uvicorn's own ``timeout_keep_alive``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
+import functools
+import http
 import logging
+import math
 import multiprocessing
 import os
 import signal
 import socket
 import sys
 import threading
+from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.server import ServerState
 
+from catalog.auth.refusals import PROBLEM_MEDIA_TYPE, encode_problem, problem_body
 from catalog.observability import metrics
 from catalog.observability.logs import logging_config
 from catalog.runtime import (
@@ -72,9 +86,186 @@ class CatalogServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """This process's bounds on a connection before its request runs (from the settings)."""
+
+    max_header_bytes: int
+    header_timeout_s: float
+    per_address: int  # this process's share; 0: no cap
+
+
+@functools.cache
+def connection_limits() -> ConnectionLimits:
+    """This process's limits, read once (a worker reads the settings it was started with)."""
+    settings = get_settings()
+    cap = settings.max_connections_per_address
+    return ConnectionLimits(
+        max_header_bytes=settings.max_header_bytes,
+        header_timeout_s=settings.header_timeout_seconds,
+        # The kernel spreads one address's connections over the workers (SO_REUSEPORT hashes their
+        # ports too), so each takes its share, as with the other per-caller limits.
+        per_address=math.ceil(cap / settings.workers) if cap else 0,
+    )
+
+
+# Open connections of this process by client address (the peer's IP, never its port).
+_OPEN_BY_ADDRESS: Counter[str] = Counter()
+
+
+class GuardedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, bounding what a connection costs before its request runs.
+
+    * **Head bytes**: counted as they arrive, before the parser sees them (httptools keeps a header
+      it has not finished in memory, however large). Past ``max_header_bytes`` the connection is
+      answered 431 and closed at once, so the rest is never read. A head that begins in the same
+      read as the end of the request before it (pipelining) is counted from the next read: at most
+      one read (256 KiB) beyond the limit.
+    * **Head time**: a new connection has ``header_timeout_s`` from its connect, a kept-alive one
+      from the first byte of its next request, to finish the head; then 408 (or a plain close if
+      nothing came) and closed. Once a head is complete the clock stops: a request's body, its
+      response and a stream of events run as long as they need. Between requests uvicorn's own
+      ``timeout_keep_alive`` closes an idle connection.
+    * **Connections per address**: beyond the process's share of the cap, a new connection is
+      answered 503 with Retry-After and closed before anything is read.
+    """
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self.limits = connection_limits()
+        self._in_head = True  # until the head of the current request is complete
+        self._head_bytes = 0
+        self._head_started = False  # a byte of the current head has come
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._counted_address: str | None = None
+        self._refused = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        address = self.client[0] if self.client else None
+        if address is not None and self.limits.per_address:
+            if _OPEN_BY_ADDRESS[address] >= self.limits.per_address:
+                self._refuse(
+                    503,
+                    "per_address",
+                    f"this address has {_OPEN_BY_ADDRESS[address]} connections open, the most one"
+                    " address may hold (CATALOG_MAX_CONNECTIONS_PER_ADDRESS): close one first",
+                    [(b"retry-after", b"1")],
+                )
+                return
+            _OPEN_BY_ADDRESS[address] += 1
+            self._counted_address = address
+        self._start_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        if self._counted_address is not None:
+            _OPEN_BY_ADDRESS[self._counted_address] -= 1
+            if _OPEN_BY_ADDRESS[self._counted_address] <= 0:
+                del _OPEN_BY_ADDRESS[self._counted_address]
+            self._counted_address = None
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if self._in_head:
+            room = self.limits.max_header_bytes - self._head_bytes
+            if len(data) > room:
+                # Only what fits is parsed: the head may end within it (and a body follow).
+                if room > 0:
+                    self._head_bytes += room
+                    super().data_received(data[:room])
+                if self.transport.is_closing():
+                    return  # the parser refused the request (400)
+                if self._in_head:
+                    self._refuse(
+                        431,
+                        "header_bytes",
+                        f"the request head is larger than {self.limits.max_header_bytes} bytes"
+                        " (CATALOG_MAX_HEADER_BYTES)",
+                    )
+                    return
+                data = data[room:]
+            else:
+                self._head_bytes += len(data)
+        super().data_received(data)
+
+    # Parser callbacks: where a head begins and ends.
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_started = True
+        self._start_head_timer()  # a kept-alive connection's next request; a new one's runs on
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._stop_head_timer()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head, self._head_bytes, self._head_started = True, 0, False
+
+    def _start_head_timer(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_timed_out)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing() or not self._in_head:
+            return
+        if self._head_started:
+            self._refuse(
+                408,
+                "header_timeout",
+                f"the request head was not complete within {self.limits.header_timeout_s:g} s"
+                " (CATALOG_HEADER_TIMEOUT_SECONDS)",
+            )
+        else:  # nothing to answer: a connection that never sent a byte is just closed
+            metrics.CONNECTIONS_REFUSED.labels("header_timeout").inc()
+            logger.info("closed a connection from %s: no request within the header timeout", self._peer())
+            self._refused = True
+            self.transport.close()
+
+    def _refuse(
+        self, status: int, reason: str, detail: str, headers: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
+        """Answer ``status`` as problem JSON, close the connection, and count the refusal."""
+        metrics.CONNECTIONS_REFUSED.labels(reason).inc()
+        logger.info("refused a connection from %s with %d: %s", self._peer(), status, detail)
+        self._refused = True
+        self._stop_head_timer()
+        body = encode_problem(problem_body(status, http.HTTPStatus(status).phrase, detail))
+        fields = [
+            *self.server_state.default_headers,
+            (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+            *(headers or []),
+        ]
+        head = b"".join(name + b": " + value + b"\r\n" for name, value in fields)
+        self.transport.write(STATUS_LINE[status] + head + b"\r\n" + body)
+        self.transport.close()
+
+    def _peer(self) -> str:
+        return self.client[0] if self.client else "an unknown address"
+
+
 def server_config(workers: int = 1, **overrides: Any) -> uvicorn.Config:
     """How every catalog worker is configured (`catalog serve`'s defaults)."""
     options: dict[str, Any] = {
+        "http": GuardedHttpProtocol,
         "factory": True,
         "workers": workers,
         "log_level": "info",

@@ -70,6 +70,16 @@ class Settings(BaseSettings):
     max_streams_per_tenant: int = Field(default=5000, ge=1)
     max_anonymous_streams: int = Field(default=100, ge=0)
     max_streams: int = Field(default=10000, ge=1)
+    # What one connection may cost `catalog serve` before a request runs (catalog.serving): the
+    # bytes of a request head (request line and headers; more is answered 431 and the connection
+    # closed, so a huge header is never held), the seconds a connection has to send a whole head
+    # (then 408 and closed; a stream already answered is not affected), and the connections one
+    # client address may hold open at once (more are answered 503; 0 turns the cap off, as behind a
+    # reverse proxy, where every client shares the proxy's address). Each of `serve --workers N`
+    # allows 1/N of the connections per address.
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    header_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
+    max_connections_per_address: int = Field(default=256, ge=0)
     # Set by `catalog serve --workers N` for its workers (per-process shares of the limits above).
     workers: int = Field(default=1, ge=1)
     # A 2025-11-25 session unused for this long ends (an open GET stream keeps it in use).

@@ -111,6 +111,12 @@ REFUSALS = Counter(
     "Requests refused with 429, by surface (mcp, admin) and limit (requests, streams, sessions)",
     ["surface", "limit"],
 )
+CONNECTIONS_REFUSED = Counter(
+    "catalog_connections_refused",
+    "Connections `catalog serve` answered and closed before a request ran, by reason (header_bytes:"
+    " 431, header_timeout: 408 or closed, per_address: 503)",
+    ["reason"],
+)
 SESSION_REFUSALS = Counter(
     "catalog_mcp_sessions_refused",
     "2025-11-25 initialize requests that opened no session, by reason: caller or tenant (its live"
