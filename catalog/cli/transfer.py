@@ -108,8 +108,10 @@ def _open_source(args: argparse.Namespace, stack: contextlib.ExitStack) -> _Sour
     path = Path(args.path)
     if path.is_dir():
         base, lines = _directory_options(args)
-        source = DirectorySource(
-            path, max_bytes=get_settings().max_blob_bytes, base=base, ignore=ignore_rules(lines)
+        source = stack.enter_context(
+            DirectorySource(
+                path, max_bytes=get_settings().max_blob_bytes, base=base, ignore=ignore_rules(lines)
+            )
         )
         return _Source(source, source.total, "entries", source.ignored)
     if args.prefix is not None or args.ignore_file is not None:

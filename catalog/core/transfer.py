@@ -13,7 +13,11 @@ imported directory (percent-encoded, then made canonical by :func:`normalize_uri
 name (a fixed table, the same on every machine), falling back to ``text/plain`` or
 ``application/octet-stream``. Every sub-directory becomes an ``inode/directory`` resource. A symlink
 is followed only when its target lies inside the imported directory (and is not one of the link's own
-ancestors); anything else that is not a regular file or a directory is skipped. Entries matched by the ignore
+ancestors), resolved once, while the tree is listed; anything else that is not a regular file or a
+directory is skipped. Reading never follows a link: each file is opened beneath the root's descriptor
+one name at a time with ``O_NOFOLLOW`` and must be the very file the listing found (device and inode),
+so a file or directory swapped for a link (or another file) after the listing is refused -- a failed
+entry, named, while the rest is imported -- and nothing outside the tree is read. Entries matched by the ignore
 rules (``.gitignore`` syntax: version-control folders and ``__pycache__`` by default, plus an
 ignore file's lines) are left out silently and counted.
 """
@@ -24,6 +28,7 @@ import asyncio
 import base64
 import collections
 import dataclasses
+import errno
 import json
 import mimetypes
 import multiprocessing
@@ -242,13 +247,45 @@ def file_uri(parts: Iterable[str], base: str = DEFAULT_BASE) -> str:
 
 @dataclass(frozen=True)
 class _Entry:
-    path: Path  # as found under the root (links not resolved)
-    parts: tuple[str, ...]  # relative to the root
+    path: Path  # as found under the root (links not resolved): what messages name
+    parts: tuple[str, ...]  # relative to the root: what the URI is made of
+    real: tuple[str, ...]  # relative to the root with every link resolved at listing: what is opened
+    identity: tuple[int, int]  # (st_dev, st_ino) of what the listing found there
     is_dir: bool
 
 
+# Every file and directory is opened beneath the root's descriptor one name at a time, never
+# following a link (O_NOFOLLOW at each step): a name swapped for a link after the listing -- the
+# file itself or any directory above it -- fails to open instead of leading out of the tree.
+# O_NONBLOCK: a FIFO swapped in for a file must not block the open.
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_SWAPPED = "changed after it was listed (a link or another file in its place), refused"
+
+
+def _open_beneath(root_fd: int, parts: tuple[str, ...], *, directory: bool = False) -> int:
+    """A descriptor of ``parts`` beneath the directory ``root_fd``, no link followed on the way."""
+    fd = root_fd
+    try:
+        for index, part in enumerate(parts):
+            last = index == len(parts) - 1
+            flags = _OPEN_FLAGS | (os.O_DIRECTORY if directory or not last else 0)
+            opened = os.open(part, flags, dir_fd=fd)
+            if fd != root_fd:
+                os.close(fd)
+            fd = opened
+    except BaseException:
+        if fd != root_fd:
+            os.close(fd)
+        raise
+    return fd if parts else os.dup(root_fd)
+
+
 class DirectorySource:
-    """The entries of a directory tree, found up front (so progress has a total), read lazily."""
+    """The entries of a directory tree, found up front (so progress has a total), read lazily.
+
+    Holds the root's directory descriptor until :meth:`close` (or the ``with`` block ends): every
+    listing and every read goes through it, so what is read is what was listed, inside the tree.
+    """
 
     def __init__(
         self,
@@ -266,55 +303,111 @@ class DirectorySource:
         self._real_root = os.path.realpath(root)
         self.entries: list[_Entry] = []
         self.problems: list[Problem] = []
-        self._walk(root, (), (self._real_root,))
+        # The root as the operator named it (links in PATH itself are the operator's choice).
+        self._root_fd = os.open(self._real_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            self._walk(self._root_fd, (), (), ((),))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._root_fd >= 0:
+            os.close(self._root_fd)
+            self._root_fd = -1
+
+    def __enter__(self) -> DirectorySource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def total(self) -> int:
         return len(self.entries) + len(self.problems)
 
-    def _inside(self, real: str) -> bool:
-        return real == self._real_root or real.startswith(self._real_root.rstrip(os.sep) + os.sep)
+    def _relative(self, real: str) -> tuple[str, ...] | None:
+        """``real`` (a resolved path) as names beneath the root, or None when outside the tree."""
+        if real == self._real_root:
+            return ()
+        if not real.startswith(self._real_root.rstrip(os.sep) + os.sep):
+            return None
+        return tuple(os.path.relpath(real, self._real_root).split(os.sep))
 
-    def _walk(self, directory: Path, parts: tuple[str, ...], ancestors: tuple[str, ...]) -> None:
+    def _walk(
+        self,
+        dir_fd: int,
+        parts: tuple[str, ...],
+        real: tuple[str, ...],
+        ancestors: tuple[tuple[str, ...], ...],
+    ) -> None:
+        directory = self.root.joinpath(*parts)
         try:
-            with os.scandir(directory) as scan:
+            with os.scandir(dir_fd) as scan:
                 found = sorted(scan, key=lambda e: e.name)
         except OSError as exc:
             self.problems.append(Problem(str(directory), f"cannot list: {exc.strerror or exc}"))
             return
         for entry in found:
-            path = Path(entry.path)
+            path = directory / entry.name
             here = (*parts, entry.name)
             if self._ignored(entry, here):
                 self.ignored += 1
                 continue
+            opened: int | None = None
             try:
                 if entry.is_symlink():
-                    real = os.path.realpath(path)
-                    if not self._inside(real):
+                    # Resolved here, once: the read opens the target's own names, never the link.
+                    target = self._relative(os.path.realpath(path))
+                    if target is None:
                         self.problems.append(
                             Problem(str(path), "symlink to outside the directory, skipped", skipped=True)
                         )
                         continue
-                    if real in ancestors:
+                    if target in ancestors:
                         self.problems.append(
                             Problem(str(path), "symlink to one of its own parents, skipped", skipped=True)
                         )
                         continue
-                    mode = os.stat(path).st_mode
+                    opened = _open_beneath(self._root_fd, target)
+                    found_stat = os.fstat(opened)
                 else:
-                    real = None
-                    mode = entry.stat(follow_symlinks=False).st_mode
+                    target = (*real, entry.name)
+                    found_stat = entry.stat(follow_symlinks=False)
             except OSError as exc:  # a broken link, a file that vanished
                 self.problems.append(Problem(str(path), f"cannot stat: {exc.strerror or exc}", skipped=True))
                 continue
-            if stat.S_ISDIR(mode):
-                self.entries.append(_Entry(path, here, True))
-                self._walk(path, here, (*ancestors, real or os.path.realpath(path)))
-            elif stat.S_ISREG(mode):
-                self.entries.append(_Entry(path, here, False))
-            else:
-                self.problems.append(Problem(str(path), "not a regular file, skipped", skipped=True))
+            identity = (found_stat.st_dev, found_stat.st_ino)
+            try:
+                if stat.S_ISDIR(found_stat.st_mode):
+                    self.entries.append(_Entry(path, here, target, identity, True))
+                    if opened is None:
+                        opened = self._open_listed(dir_fd, entry.name, identity, path)
+                        if opened is None:
+                            continue
+                    self._walk(opened, here, target, (*ancestors, target))
+                elif stat.S_ISREG(found_stat.st_mode):
+                    self.entries.append(_Entry(path, here, target, identity, False))
+                else:
+                    self.problems.append(Problem(str(path), "not a regular file, skipped", skipped=True))
+            finally:
+                if opened is not None:
+                    os.close(opened)
+
+    def _open_listed(self, dir_fd: int, name: str, identity: tuple[int, int], path: Path) -> int | None:
+        """The sub-directory ``name`` just listed, opened without following a link, or None (a
+        problem recorded) when something else now stands there."""
+        try:
+            opened = _open_beneath(dir_fd, (name,), directory=True)
+        except OSError as exc:
+            self.problems.append(Problem(str(path), _open_reason(exc)))
+            return None
+        held = os.fstat(opened)
+        if (held.st_dev, held.st_ino) != identity:
+            os.close(opened)
+            self.problems.append(Problem(str(path), _SWAPPED))
+            return None
+        return opened
 
     def _ignored(self, entry: os.DirEntry[str], parts: tuple[str, ...]) -> bool:
         """Whether an ignore rule names the entry; an ignored directory is not walked at all (as in
@@ -346,12 +439,20 @@ class DirectorySource:
             fields["mimeType"] = DIRECTORY_MIME_TYPE
         else:
             try:
-                with open(entry.path, "rb") as handle:
-                    # Never ask for max_bytes at once: read() would allocate that much per file.
-                    size = os.fstat(handle.fileno()).st_size
-                    data = handle.read(min(size, self.max_bytes) + 1) if size <= self.max_bytes else b""
+                fd = _open_beneath(self._root_fd, entry.real)
             except OSError as exc:
-                return Problem(location, f"cannot read: {exc.strerror or exc}")
+                return Problem(location, _open_reason(exc))
+            with open(fd, "rb") as handle:
+                held = os.fstat(fd)
+                # What was listed, still a regular file: not a FIFO or a device put in its place.
+                if not stat.S_ISREG(held.st_mode) or (held.st_dev, held.st_ino) != entry.identity:
+                    return Problem(location, _SWAPPED)
+                try:
+                    # Never ask for max_bytes at once: read() would allocate that much per file.
+                    size = held.st_size
+                    data = handle.read(min(size, self.max_bytes) + 1) if size <= self.max_bytes else b""
+                except OSError as exc:
+                    return Problem(location, f"cannot read: {exc.strerror or exc}")
             if size > self.max_bytes or len(data) > self.max_bytes:
                 return Problem(location, f"larger than {self.max_bytes} bytes (CATALOG_MAX_BLOB_BYTES)")
             size = len(data)
@@ -365,6 +466,13 @@ class DirectorySource:
             return Item(location, ResourceIn.model_validate(fields), size=size)
         except ValidationError as exc:
             return Problem(location, validation_reason(exc))
+
+
+def _open_reason(exc: OSError) -> str:
+    # O_NOFOLLOW met a link (ELOOP), or a directory on the way is no longer one (ENOTDIR).
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        return _SWAPPED
+    return f"cannot read: {exc.strerror or exc}"
 
 
 def _as_text(data: bytes) -> str | None:
