@@ -27,6 +27,7 @@ from catalog.core.tenants import Tenant
 from catalog.core.uri_templates import (
     InvalidTemplate,
     ParsedTemplate,
+    check_readable,
     parse_template,
     render_body,
     validate_body,
@@ -88,8 +89,11 @@ def template_from_row(row: Row[Any]) -> TemplateRecord:
 
 
 def _parse(raw: str) -> ParsedTemplate:
+    """A template a curator writes: parsed, and every one of its expansions readable (RES-15)."""
     try:
-        return parse_template(raw)
+        parsed = parse_template(raw)
+        check_readable(parsed)
+        return parsed
     except InvalidTemplate as exc:
         raise InvalidInput("invalid URI template", errors=[FieldError("/uriTemplate", exc.reason)]) from None
 
