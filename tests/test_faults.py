@@ -264,7 +264,7 @@ def test_postgres_stopped_under_load_then_back_without_a_restart(
             assert kind == "unavailable"
             mcp = mcp_read(http, token)  # the bearer token needs the database: HTTP 503, -32603
             assert mcp.status_code == 503 and mcp.json()["error"]["code"] == -32603
-            assert mcp.json()["id"] is None and mcp.headers["retry-after"] == "1"
+            assert mcp.json()["id"] == 1 and mcp.headers["retry-after"] == "1"  # ERR-3: the id was readable
             at_outage = load.count()
             until(lambda: load.count() >= at_outage + 30, 30, "load during the outage")
 

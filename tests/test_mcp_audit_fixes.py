@@ -119,6 +119,9 @@ async def test_an_unavailable_database_is_one_503_with_the_requests_id_on_either
                 for method in PLAIN_METHODS
                 for through_sdk in (False, True)
             }
+            listens = [
+                await refused_listen(srv, [README], through_sdk=through_sdk) for through_sdk in (False, True)
+            ]
         for (method, through_sdk), response in answers.items():
             assert response.status_code == 503, (method, through_sdk, response.text)
             assert response.headers["retry-after"] == "1"
@@ -128,6 +131,15 @@ async def test_an_unavailable_database_is_one_503_with_the_requests_id_on_either
                 "error": {"code": -32603, "message": UNAVAILABLE, "data": {"retryable": True}},
             }
             assert response.content == answers[(method, not through_sdk)].content
+        # A listen whose watch cannot be opened is refused before its stream begins: the same.
+        assert listens[0] == listens[1]
+        status, content_type, answer = listens[0]
+        assert (status, content_type) == (503, "application/json"), listens[0]
+        assert answer == {
+            "jsonrpc": "2.0",
+            "id": "listen-1",
+            "error": {"code": -32603, "message": UNAVAILABLE, "data": {"retryable": True}},
+        }
 
 
 async def test_a_refused_stream_repeats_the_listens_id(database_url: str, tmp_path: Path) -> None:

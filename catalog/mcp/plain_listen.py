@@ -313,7 +313,6 @@ class PlainListens:
         uris, honoured = listen_terms(requested, live=True)
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: request_id}
         key: GroupKey = (principal, bool(honoured.resources_list_changed), tuple(uris.items()))
-        metrics.MCP_PLAIN_ANSWERS.labels(LISTEN).inc()
         credentials = self._host.catalog.credential_watch
         ending = Ending.GONE
         with credentials.hold(principal) if credentials is not None else contextlib.nullcontext() as hold:
@@ -321,6 +320,8 @@ class PlainListens:
             group = self._join(key, uris, stream)
             try:
                 await asyncio.shield(group.ready)  # the watch, before the ack (as the SDK path)
+                # Counted once it is answered here: a watch that failed leaves the listen to the SDK.
+                metrics.MCP_PLAIN_ANSWERS.labels(LISTEN).inc()
                 await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
                 await send(
                     {
