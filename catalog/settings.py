@@ -95,8 +95,10 @@ class Settings(BaseSettings):
     oauth_jwks: str | None = Field(default=None, description="JWKS file path or https URL")
     oauth_tenant_claim: str = "tenant"
     oauth_admin_scope: str = "catalog:admin"
-    # Scopes an agent should ask the authorization server for (advertised for /mcp; comma-separated).
-    oauth_scopes: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Scopes an agent should ask the authorization server for (advertised for /mcp, in its metadata
+    # and in every 401 challenge, AUTH-4; comma-separated). Default: ``public``, the one scope every
+    # tenant's grants can name (what anonymous callers hold); set it to a tenant's own read scopes.
+    oauth_scopes: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["public"])
     # Clock skew allowed on a JWT's exp/nbf; a stream opened with a JWT ends at exp plus this.
     oauth_leeway_seconds: int = Field(default=30, ge=0, le=600)
     # Who may read GET /metrics: the platform admin credential, or anyone who reaches the port.

@@ -121,24 +121,39 @@ async def test_a_refused_token_is_401_invalid_token(
         assert response.headers["www-authenticate"] == challenge("invalid_token")
 
 
-async def test_a_malformed_authorization_header_is_401_invalid_request(
+async def test_a_malformed_authorization_header_is_400_invalid_request_auth_10(
     anon: httpx.AsyncClient, tenant: str
 ) -> None:
-    for header in ("Basic dXNlcjpwYXNz", "Bearer a b"):
+    """AUTH-10, RFC 6750 section 3.1: ``invalid_request`` is a 400; a scheme this server does not
+    support is no credential at all: 401 with a challenge and no error code."""
+    for header in ("Bearer", "Bearer   ", "Bearer a b", "bearer cat_x extra"):
         response = await anon.get(f"{API}/tenants/{tenant}/resources", headers={"Authorization": header})
-        assert_problem(response, 401)
+        problem = assert_problem(response, 400)
+        assert problem["title"] == "Bad request" and "'Bearer <token>'" in problem["detail"]
         assert response.headers["www-authenticate"] == challenge("invalid_request")
+    for header in ("Basic dXNlcjpwYXNz", "Digest username=x", ""):
+        response = await anon.get(f"{API}/tenants/{tenant}/resources", headers={"Authorization": header})
+        problem = assert_problem(response, 401)
+        assert "only 'Authorization: Bearer <token>'" in problem["detail"]
+        assert response.headers["www-authenticate"] == (
+            f'Bearer realm="catalog", scope="catalog:admin", resource_metadata="{PRM}"'
+        )
 
 
 async def test_a_token_in_the_query_string_is_refused_even_with_a_valid_header(
     anon: httpx.AsyncClient, tenant: str
 ) -> None:
+    """AUTH-7: a token in the URL is a method this server does not support: alone, 401 without an
+    error code; beside a header (two methods at once), 400 ``invalid_request`` (RFC 6750 3.1)."""
     path = f"{API}/tenants/{tenant}/resources"
-    for headers in ({}, bearer(ADMIN_TOKEN)):
-        response = await anon.get(path, params={"access_token": ADMIN_TOKEN}, headers=headers)
-        problem = assert_problem(response, 401)
-        assert "Authorization header" in problem["detail"]
-        assert response.headers["www-authenticate"] == challenge("invalid_request")
+    response = await anon.get(path, params={"access_token": ADMIN_TOKEN})
+    assert "Authorization header" in assert_problem(response, 401)["detail"]
+    assert response.headers["www-authenticate"] == (
+        f'Bearer realm="catalog", scope="catalog:admin", resource_metadata="{PRM}"'
+    )
+    response = await anon.get(path, params={"access_token": ADMIN_TOKEN}, headers=bearer(ADMIN_TOKEN))
+    assert "Authorization header" in assert_problem(response, 400)["detail"]
+    assert response.headers["www-authenticate"] == challenge("invalid_request")
 
 
 async def test_opaque_token_without_admin_flag_is_403_insufficient_scope_on_every_route(

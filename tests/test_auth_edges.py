@@ -17,9 +17,45 @@ import pytest_asyncio
 import catalog.auth
 import catalog.core.reading
 from catalog.auth.refusals import RATE_LIMITED, request_id_of
+from catalog.settings import Settings
+from tests.admin_support import ADMIN_TOKEN, API, assert_problem
 from tests.mcp_helpers import Served, envelope, mcp_settings, modern_headers, module_database, served
+from tests.test_oauth import AUDIENCE, ISSUER, Issuer
 
 asynchronous = pytest.mark.asyncio(loop_scope="session")
+MCP_PRM = "https://catalog.test/.well-known/oauth-protected-resource/mcp"
+ADMIN_PRM = "https://catalog.test/.well-known/oauth-protected-resource/admin/v1"
+
+
+@pytest.fixture
+def issuer(tmp_path: Path) -> Issuer:
+    return Issuer(tmp_path)
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path, issuer: Issuer, request: pytest.FixtureRequest) -> Settings:
+    """conftest's app (in-process) with an OAuth issuer whose JWKS is a file; a test may change
+    fields by parametrizing this fixture indirectly with a dict."""
+    values = {
+        "database_url": database_url,
+        "home": tmp_path / "home",
+        "admin_token": ADMIN_TOKEN,
+        "secret_key": "test-secret-key-0123456789abcdef",
+        "public_tenant": None,
+        "oauth_issuer": ISSUER,
+        "oauth_audience": AUDIENCE,
+        "oauth_jwks": str(issuer.jwks_path),
+        "rate_limit_per_minute": 0,
+    }
+    return Settings(**{**values, **getattr(request, "param", {})})
+
+
+def _challenge_params(value: str) -> dict[str, str]:
+    scheme, _, rest = value.partition(" ")
+    assert scheme == "Bearer", value
+    return dict(
+        (name, quoted.strip('"')) for name, _, quoted in (p.strip().partition("=") for p in rest.split(", "))
+    )
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -136,3 +172,75 @@ async def test_rotating_random_tokens_from_one_address_is_refused_before_any_loo
         assert again.status_code == 200 and again.json()["id"] == 2
         anonymous = await http.post("/mcp", json=_list_body(3), headers=modern_headers("resources/list"))
         assert anonymous.status_code == 200 and anonymous.json()["result"]["resources"]
+
+
+# -- AUTH-10, AUTH-4: what a refused caller is told ----------------------------------------------------
+
+
+@pytest.mark.parametrize("settings", [{"public_tenant": "acme"}], indirect=True)
+async def test_a_malformed_or_foreign_authorization_is_answered_alike_on_both_surfaces_auth_10(
+    anon: httpx.AsyncClient, tenant: str
+) -> None:
+    """AUTH-10, RFC 6750 section 3.1: ``Bearer`` without exactly one token is 400 ``invalid_request``;
+    another scheme is no credential this server supports: 401 with a Bearer challenge and no error
+    code, on /mcp too (never the anonymous public tenant: the caller meant to authenticate)."""
+    cases = [
+        ("Bearer", 400, "invalid_request"),
+        ("Bearer a b", 400, "invalid_request"),
+        ("Basic dXNlcjpwYXNz", 401, None),
+    ]
+    for header, status, error in cases:
+        on_admin = await anon.get(f"{API}/tenants/{tenant}/resources", headers={"Authorization": header})
+        assert_problem(on_admin, status)
+        on_mcp = await anon.post(
+            "/mcp", json=_list_body(1), headers={**modern_headers("resources/list"), "Authorization": header}
+        )
+        assert on_mcp.status_code == status, (header, on_mcp.text)
+        assert on_mcp.json()["error"] == (error or "unauthorized")
+        for response, metadata, scope in (
+            (on_admin, ADMIN_PRM, "catalog:admin"),
+            (on_mcp, MCP_PRM, "public"),
+        ):
+            params = _challenge_params(response.headers["www-authenticate"])
+            assert params.get("error") == error, (header, params)
+            assert params["resource_metadata"] == metadata and params["scope"] == scope
+    # Without any header, /mcp still serves the public tenant anonymously.
+    anonymous = await anon.post("/mcp", json=_list_body(2), headers=modern_headers("resources/list"))
+    assert anonymous.status_code == 200 and anonymous.json()["id"] == 2
+
+
+async def test_the_mcp_challenge_and_metadata_name_the_scopes_to_ask_for_by_default_auth_4(
+    anon: httpx.AsyncClient, tenant: str
+) -> None:
+    """AUTH-4: every 401 on /mcp names the scopes to ask for (``public`` unless CATALOG_OAUTH_SCOPES
+    says otherwise), the same set as the metadata's ``scopes_supported``."""
+    metadata = (await anon.get("/.well-known/oauth-protected-resource/mcp")).json()
+    assert metadata["scopes_supported"] == ["public"]
+    missing = await anon.post("/mcp", json=_list_body(1), headers=modern_headers("resources/list"))
+    assert missing.status_code == 401
+    assert (
+        missing.headers["www-authenticate"]
+        == f'Bearer realm="catalog", scope="public", resource_metadata="{MCP_PRM}"'
+    )
+    invalid = await anon.post(
+        "/mcp",
+        json=_list_body(1),
+        headers={**modern_headers("resources/list"), "Authorization": "Bearer cat_x"},
+    )
+    assert invalid.status_code == 401
+    assert _challenge_params(invalid.headers["www-authenticate"]) == {
+        "realm": "catalog",
+        "error": "invalid_token",
+        "scope": "public",
+        "resource_metadata": MCP_PRM,
+    }
+
+
+@pytest.mark.parametrize("settings", [{"oauth_scopes": ["docs", "src"]}], indirect=True)
+async def test_configured_scopes_replace_the_default_in_challenge_and_metadata_auth_4(
+    anon: httpx.AsyncClient, tenant: str
+) -> None:
+    metadata = (await anon.get("/.well-known/oauth-protected-resource/mcp")).json()
+    assert metadata["scopes_supported"] == ["docs", "src"]
+    missing = await anon.post("/mcp", json=_list_body(1), headers=modern_headers("resources/list"))
+    assert _challenge_params(missing.headers["www-authenticate"])["scope"] == "docs src"

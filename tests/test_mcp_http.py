@@ -268,7 +268,7 @@ def test_both_surfaces_judge_a_token_in_the_query_string_alike_auth_7(
         json=body,
         headers={**modern_headers("resources/list"), "Authorization": f"Bearer {srv.token('staff')}"},
     )
-    expected = 401 if refused else 200
+    expected = 400 if refused else 200  # beside a header: two methods at once (RFC 6750 3.1)
     assert (on_admin.status_code, on_mcp.status_code) == (expected, expected)
     if refused:
         assert 'error="invalid_request"' in on_admin.headers["www-authenticate"]

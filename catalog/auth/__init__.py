@@ -27,25 +27,33 @@ TOKEN_IN_QUERY = "send the token in the Authorization header, never in the URL"
 
 
 def request_credentials(authorization: str | None, query_string: bytes) -> str | None:
-    """The bearer token a request carries (None without one), by one rule on every surface: a token
-    in the query string is refused (RFC 6750 section 2.3 is not supported: URLs end up in logs),
-    whatever its spelling (``access%5Ftoken`` is ``access_token``; ``xaccess_token`` is not)."""
+    """The bearer token a request carries (None without one), by one rule on every surface (RFC 6750
+    section 3.1, AUTH-7, AUTH-10). A token in the query string is a method this server does not
+    support (section 2.3: URLs end up in logs), whatever its spelling (``access%5Ftoken`` is
+    ``access_token``; ``xaccess_token`` is not): alone, 401 without an error code; beside an
+    ``Authorization`` header, two methods at once, 400 ``invalid_request``."""
     if query_string:
         names = {name for name, _ in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)}
         if "access_token" in names:
-            raise Unauthenticated(TOKEN_IN_QUERY, error="invalid_request")
+            error = "invalid_request" if authorization is not None else None
+            raise Unauthenticated(TOKEN_IN_QUERY, error=error)
     return bearer_token(authorization)
 
 
 def bearer_token(authorization: str | None) -> str | None:
-    """The token of an ``Authorization: Bearer`` header; None when there is no header."""
+    """The token of an ``Authorization: Bearer`` header; None when there is no header.
+
+    Another scheme (``Basic``) is a method this server does not support: 401 with a challenge and
+    no error code. ``Bearer`` without exactly one token after it is malformed: 400
+    ``invalid_request``."""
     if authorization is None:
         return None
-    scheme, _, token = authorization.strip().partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token or " " in token:
+    parts = authorization.split()
+    if not parts or parts[0].lower() != "bearer":
+        raise Unauthenticated("this server accepts only 'Authorization: Bearer <token>'", error=None)
+    if len(parts) != 2:
         raise Unauthenticated("the Authorization header must be 'Bearer <token>'", error="invalid_request")
-    return token
+    return parts[1]
 
 
 async def authenticate(catalog: Catalog, authorization: str | None) -> Principal | None:

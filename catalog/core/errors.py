@@ -75,7 +75,9 @@ class InsufficientScope(Forbidden):
 
 class Unauthenticated(CatalogError):
     """No usable credential. ``error`` is the RFC 6750 error code for the challenge: None when the
-    request carried no credential at all, ``invalid_token`` or ``invalid_request`` otherwise."""
+    request carried no credential this server supports (none at all, another scheme, a token in the
+    URL), ``invalid_token`` for one that does not authenticate (both 401), ``invalid_request`` for a
+    malformed request, which is 400 (RFC 6750 section 3.1, AUTH-10)."""
 
     status = 401
     title = "Unauthorized"
@@ -85,6 +87,8 @@ class Unauthenticated(CatalogError):
     ) -> None:
         super().__init__(detail, errors=errors)
         self.error = error
+        if error == "invalid_request":
+            self.status, self.title = 400, "Bad request"
 
 
 class Unavailable(CatalogError):
