@@ -26,7 +26,6 @@ Refusals are in the surface's own format (``catalog.auth.refusals``): a JSON-RPC
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable
 
 from starlette.datastructures import Headers
@@ -43,39 +42,18 @@ from catalog.auth.refusals import (
     refusal,
     request_id_of,
 )
+from catalog.core.jsonlines import MAX_JSON_DEPTH, json_depth_exceeds
 from catalog.observability.metrics import REFUSALS
 
 MAX_MCP_BODY_BYTES = 4 * 1024 * 1024
 JSON_OVERHEAD_BYTES = 1024 * 1024
-MAX_JSON_DEPTH = 64
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})  # never rate limited: load balancers poll them
-# A JSON string (skipped whole, escapes included) or one bracket; everything else is irrelevant.
-_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 
 
 def max_admin_json_bytes(max_blob_bytes: int) -> int:
     return 4 * -(-max_blob_bytes // 3) + JSON_OVERHEAD_BYTES
-
-
-def json_depth_exceeds(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether ``body`` nests arrays/objects deeper than ``limit`` (brackets inside strings ignored).
-
-    Not a validator: malformed JSON is left to the parser, which refuses it properly.
-    """
-    if body.count(b"[") + body.count(b"{") <= limit:
-        return False  # cannot be deeper than the number of openers (the common, cheap case)
-    depth = 0
-    for match in _TOKENS.finditer(body):
-        token = match.group()
-        if token in (b"[", b"{"):
-            depth += 1
-            if depth > limit:
-                return True
-        elif token in (b"]", b"}"):
-            depth = max(depth - 1, 0)
-    return False
 
 
 def allowed(value: str, entries: list[str]) -> bool:

@@ -116,14 +116,19 @@ def _open_source(args: argparse.Namespace, stack: contextlib.ExitStack) -> _Sour
         return _Source(source, source.total, "entries", source.ignored)
     if args.prefix is not None or args.ignore_file is not None:
         raise ConfigError("--prefix and --ignore-file apply to a directory import only")
+    max_bytes = get_settings().max_blob_bytes
     if args.path == "-":
         return _Source(
-            jsonl_items(sys.stdin.buffer, "<stdin>"), None, "B", stream=sys.stdin.buffer, name="<stdin>"
+            jsonl_items(sys.stdin.buffer, "<stdin>", max_bytes),
+            None,
+            "B",
+            stream=sys.stdin.buffer,
+            name="<stdin>",
         )
     if path.is_file() and path.suffix.lower() == ".jsonl":
         stream = stack.enter_context(path.open("rb"))
         return _Source(
-            jsonl_items(stream, str(path)), path.stat().st_size, "B", stream=stream, name=str(path)
+            jsonl_items(stream, str(path), max_bytes), path.stat().st_size, "B", stream=stream, name=str(path)
         )
     if path.exists():
         raise ConfigError(f"{path} is neither a directory nor a .jsonl file")

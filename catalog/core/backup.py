@@ -30,7 +30,11 @@ partly wins back; blob bytes are checked against their sha256 on restore.
 **Memory.** Blobs are read in 256 KiB chunks; everything else streams from server-side cursors a
 few rows at a time, inside one read-only REPEATABLE READ transaction (a consistent snapshot).
 Restore writes in batches bounded by count and bytes. Neither side ever holds more than a batch,
-or one blob (a blob is stored in one statement), whatever the size of the tenant.
+or one blob (a blob is stored in one statement), whatever the size of the tenant. A restore reads
+each line with a bounded ``readline`` (:func:`catalog.core.jsonlines.max_line_bytes`) and scans its
+nesting before parsing it, so a hostile file (one endless line in a gzip bomb, deep nesting, a
+number of thousands of digits) is refused by line number at a bounded cost, and every line is
+validated by the admin API's models (a version's snapshot as a resource body) before it is written.
 
 **Restore** creates the new tenant and writes rows as they were -- ids are new; versions,
 timestamps, history (``changedBy`` as recorded) are kept -- through batched inserts of its own:
@@ -48,23 +52,38 @@ import binascii
 import hashlib
 import json
 import tempfile
+import zlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import IO, Annotated, Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 from sqlalchemy import bindparam, func, insert, select, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import DateTime, Integer, Text
 
 from catalog.core.audit import AuditEntry, record_audit
-from catalog.core.errors import InvalidInput
+from catalog.core.errors import CatalogError, InvalidInput
+from catalog.core.jsonlines import BadJson, max_line_bytes, parse_json, read_line, too_long
 from catalog.core.principal import Principal
 from catalog.core.resources import METADATA_FIELDS as RESOURCE_FIELDS
 from catalog.core.resources import record_from_row
-from catalog.core.schemas import GrantIn, Model, ResourceIn, TemplateIn, column_values
+from catalog.core.resources.service import text_size
+from catalog.core.schemas import (
+    AwareDatetime,
+    GrantIn,
+    MimeType,
+    Model,
+    ResourceFields,
+    ResourceIn,
+    ShortText,
+    TemplateIn,
+    TokenIn,
+    Uri,
+    column_values,
+)
 from catalog.core.service import Catalog
 from catalog.core.templates import METADATA_FIELDS as TEMPLATE_FIELDS
 from catalog.core.templates import template_from_row
@@ -333,71 +352,127 @@ class BadBackup(InvalidInput):
     """The file is not a catalog backup this version can read, or it is damaged."""
 
 
+class _Damaged(BadBackup):
+    """The bytes cannot be read back (a corrupt or truncated gzip)."""
+
+
+# Numbers as the columns hold them (integer versions, bigint ids): a larger one is refused by the
+# line's model, not by PostgreSQL in the middle of a restore.
+_Version = Annotated[int, Field(ge=1, le=2**31 - 1)]
+_RowId = Annotated[int, Field(ge=1, le=2**63 - 1)]
+_Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class _HeaderTenant(Model):
+    slug: Annotated[str, Field(max_length=63)] | None = None
+    name: ShortText | None = None
+    created_at: AwareDatetime | None = None
+
+
+class _Header(Model):
+    format: int
+    created_at: AwareDatetime | None = None
+    schema_revision: Annotated[str, Field(max_length=64)] | None = Field(default=None, alias="schema")
+    tenant: _HeaderTenant = Field(default_factory=_HeaderTenant)
+
+
+class _BlobLine(Model):
+    sha256: _Sha256
+    size: Annotated[int, Field(ge=0, le=2**63 - 1)]
+    mime_type: MimeType | None = None
+    created_at: AwareDatetime
+
+
 class _TemplateLine(Model):
-    id: int
-    version: int = Field(ge=1)
-    created_at: datetime
-    updated_at: datetime
+    id: _RowId
+    version: _Version
+    created_at: AwareDatetime
+    updated_at: AwareDatetime
     template: TemplateIn
 
 
 class _GrantLine(Model):
-    id: int
-    created_at: datetime
+    id: _RowId
+    created_at: AwareDatetime
     grant: GrantIn
 
 
-class _TokenBody(Model):
-    name: str | None = None
-    scopes: list[str] = Field(default_factory=list)
-    admin: bool = False
-    expires_at: datetime | None = None
-
-
 class _TokenLine(Model):
-    id: int
-    created_at: datetime
-    revoked_at: datetime | None = None
-    token: _TokenBody
+    id: _RowId
+    created_at: AwareDatetime
+    revoked_at: AwareDatetime | None = None
+    token: TokenIn  # the admin API's own rules for what a token holds
 
 
 class _ResourceLine(Model):
-    id: int
-    version: int = Field(ge=1)
-    created_at: datetime
-    updated_at: datetime
-    content_changed_at: datetime
+    id: _RowId
+    version: _Version
+    created_at: AwareDatetime
+    updated_at: AwareDatetime
+    content_changed_at: AwareDatetime
     resource: ResourceIn
 
 
 class _VersionLine(Model):
-    resource_uri: str
-    version: int = Field(ge=1)
-    uri: str
+    resource_uri: Uri
+    version: _Version
+    uri: Uri
     snapshot: dict[str, Any]
     text: str | None = None
-    blob_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    changed_by: str
-    changed_at: datetime
+    blob_sha256: _Sha256 | None = None
+    changed_by: ShortText
+    changed_at: AwareDatetime
+
+    @model_validator(mode="after")
+    def _snapshot(self) -> _VersionLine:
+        """A version's metadata by the rules of a resource body (the history is what a write of
+        it would have kept), naming the version's own URI; its size, when given, a size."""
+        fields = {k: v for k, v in self.snapshot.items() if k != "size"}
+        size = self.snapshot.get("size")
+        if size is not None and (
+            not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < 2**63
+        ):
+            raise ValueError("snapshot/size must be a byte count")
+        try:
+            described = ResourceFields.model_validate(fields)
+        except ValidationError as exc:
+            from catalog.core.transfer import validation_reason
+
+            raise ValueError(f"snapshot: {validation_reason(exc)}") from None
+        if described.uri != self.uri:
+            raise ValueError("snapshot/uri differs from the version's uri")
+        if self.text is not None and self.blob_sha256 is not None:
+            raise ValueError("give at most one of text, blobSha256")
+        return self
 
 
 @dataclass
 class _Reader:
-    """The lines of a backup stream, parsed, with where each came from (for error messages)."""
+    """The lines of a backup stream, parsed, with where each came from (for error messages).
+
+    A line is read with a bounded ``readline`` (``limit``): a line without end, in a decompression
+    bomb, costs at most ``limit`` bytes before it is refused."""
 
     stream: IO[bytes]
     name: str
+    limit: int
     number: int = 0
     pending: dict[str, Any] | None = None
 
     def _read(self) -> dict[str, Any] | None:
-        raw = self.stream.readline()
-        if not raw:
-            return None
         self.number += 1
         try:
-            line = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raw = read_line(self.stream, self.limit)
+        except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+            raise _Damaged(f"{self.name}:{self.number}: the file is damaged ({exc})") from None
+        if raw is None:
+            raise self.bad(too_long(self.limit))
+        if not raw:
+            self.number -= 1
+            return None
+        try:
+            line = parse_json(raw)
+        except BadJson as exc:
             raise self.bad(f"not a JSON line ({exc})") from None
         if not isinstance(line, dict) or not isinstance(line.get("kind"), str):
             raise self.bad("a line must be a JSON object with a 'kind'")
@@ -424,6 +499,14 @@ class _Reader:
 
             raise self.bad(f"invalid {line['kind']}: {validation_reason(exc)}") from None
 
+    def text_fits(self, text: str | None, limit: int) -> None:
+        """A text content within CATALOG_MAX_BLOB_BYTES, the limit of every write."""
+        if text is not None:
+            try:
+                text_size(text, limit)
+            except CatalogError as exc:
+                raise self.bad(exc.one_line()) from None
+
 
 @dataclass
 class RestoreReport:
@@ -446,28 +529,27 @@ async def restore_backup(
     The header is checked before the tenant is created (a wrong file changes nothing); after that,
     any failure deletes the new tenant again, so there is never a half-restored one.
     """
-    reader = _Reader(stream, name)
+    reader = _Reader(stream, name, max_line_bytes(catalog.settings.max_blob_bytes))
     try:
-        header = reader.next()
+        line = reader.next()
+    except _Damaged:
+        raise
     except BadBackup:  # binary or other JSON: the same answer, this is no backup
-        header = None
-    except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
-        raise reader.bad(f"not a catalog backup ({exc})") from None
-    if header is None or header.get("kind") != "catalog-backup":
+        line = None
+    if line is None or line.get("kind") != "catalog-backup":
         raise reader.bad("not a catalog backup (no catalog-backup header)")
-    if header.get("format") != FORMAT:
-        raise reader.bad(f"backup format {header.get('format')!r} is not one this catalog reads ({FORMAT})")
-    source = header.get("tenant") if isinstance(header.get("tenant"), dict) else {}
-    tenant = await create_tenant(
-        catalog, slug, source.get("name") if isinstance(source.get("name"), str) else None, by=principal
-    )
+    if line.get("format") != FORMAT:
+        raise reader.bad(f"backup format {line.get('format')!r} is not one this catalog reads ({FORMAT})")
+    header: _Header = reader.parse(_Header, line)
+    source = header.tenant.dump()
+    tenant = await create_tenant(catalog, slug, header.tenant.name, by=principal)
     report = RestoreReport(tenant, source=source)
     try:
         await _restore(catalog, tenant, reader, report.counts, on_progress)
         async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
             detail = {
-                "from": source.get("slug"),
-                "backupCreatedAt": header.get("createdAt"),
+                "from": header.tenant.slug,
+                "backupCreatedAt": _iso(header.created_at),
                 **report.counts.as_json(),
             }
             entry = AuditEntry(
@@ -485,6 +567,7 @@ async def _restore(
 ) -> None:
     section = 0
     batch = _Batch()
+    limit = catalog.settings.max_blob_bytes
     while True:
         line = reader.next()
         if line is None:
@@ -510,7 +593,9 @@ async def _restore(
         if kind == "blob":
             await _restore_blob(catalog, tenant, reader, line, counts, on_progress)
         else:
-            batch.add(kind, reader.parse(_MODELS[kind], line))
+            item = reader.parse(_MODELS[kind], line)
+            reader.text_fits(item.resource.text if kind == "resource" else getattr(item, "text", None), limit)
+            batch.add(kind, item)
             if batch.full:
                 await batch.flush(catalog, tenant, counts)
 
@@ -532,13 +617,10 @@ async def _restore_blob(
     counts: BackupCounts,
     on_progress: Callable[[], None],
 ) -> None:
-    sha, size, mime = line.get("sha256"), line.get("size"), line.get("mimeType")
-    if not isinstance(sha, str) or len(sha) != 64 or not isinstance(size, int) or size < 0:
-        raise reader.bad("invalid blob: needs sha256 (64 hex digits) and a size")
-    try:
-        created_at = datetime.fromisoformat(line["createdAt"])
-    except (KeyError, TypeError, ValueError):
-        raise reader.bad("invalid blob: createdAt must be an ISO 8601 time") from None
+    blob: _BlobLine = reader.parse(_BlobLine, line)
+    sha, size, mime, created_at = blob.sha256, blob.size, blob.mime_type, blob.created_at
+    if size > catalog.settings.max_blob_bytes:
+        raise reader.bad(f"invalid blob: {size} bytes, over the limit of CATALOG_MAX_BLOB_BYTES")
     digest = hashlib.sha256()
     with tempfile.SpooledTemporaryFile(max_size=CHUNK * 4) as spool:
         received = 0
@@ -552,6 +634,8 @@ async def _restore_blob(
             except (binascii.Error, ValueError):
                 raise reader.bad("a chunk's data is not base64") from None
             received += len(data)
+            if received > size:  # more than announced: refused before it is held
+                raise reader.bad(f"blob {sha}: the bytes do not match its size and sha256")
             digest.update(data)
             spool.write(data)
         if received != size or digest.hexdigest() != sha:

@@ -34,9 +34,10 @@ from catalog.core.errors import FieldError, InvalidInput
 from catalog.core.meta import meta_problem
 from catalog.core.uris import InvalidUri, normalize_uri, validate_uri_prefix
 
-# RFC 6838 type/subtype with optional parameters.
+# RFC 6838 type/subtype with optional parameters; around ";" only spaces and tabs (RFC 9110's OWS):
+# a line break would let a stored type split the Content-Type header it is served in.
 _TOKEN = r"[A-Za-z0-9!#$&^_.+-]{1,127}"
-MIME_TYPE_PATTERN = re.compile(rf"^{_TOKEN}/{_TOKEN}(\s*;\s*{_TOKEN}=(\"[^\"\\\r\n]*\"|{_TOKEN}))*$")
+MIME_TYPE_PATTERN = re.compile(rf"^{_TOKEN}/{_TOKEN}([ \t]*;[ \t]*{_TOKEN}=(\"[^\"\\\r\n]*\"|{_TOKEN}))*$")
 _SIZES_PATTERN = re.compile(r"^(any|[1-9][0-9]{0,4}x[1-9][0-9]{0,4})$")
 DIRECTORY_MIME_TYPE = "inode/directory"
 MAX_TAGS = 64

@@ -29,7 +29,6 @@ import base64
 import collections
 import dataclasses
 import errno
-import json
 import mimetypes
 import multiprocessing
 import os
@@ -49,6 +48,7 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.errors import CatalogError
+from catalog.core.jsonlines import BadJson, bounded_lines, max_line_bytes, parse_json, too_long
 from catalog.core.principal import Principal
 from catalog.core.resources import MAX_PAGE, ResourceRecord, list_page, upsert_many
 from catalog.core.resources.bulk import BulkResult, Prepared, StartOver, prepare, upsert_all
@@ -125,22 +125,26 @@ def validation_reason(exc: ValidationError) -> str:
 # -- JSONL ----------------------------------------------------------------------------------------
 
 
-def jsonl_items(stream: IO[bytes], name: str) -> Iterator[Item | Problem]:
-    """One item per non-blank line of admin-API resource objects; a bad line is a Problem."""
-    for weight, lines in jsonl_chunks(stream, 1):
+def jsonl_items(stream: IO[bytes], name: str, max_bytes: int) -> Iterator[Item | Problem]:
+    """One item per non-blank line of admin-API resource objects; a bad line is a Problem.
+    ``max_bytes``: CATALOG_MAX_BLOB_BYTES, which bounds a line (:func:`max_line_bytes`)."""
+    for weight, lines in jsonl_chunks(stream, 1, max_line_bytes(max_bytes)):
         for number, raw in lines:
-            item = jsonl_item(f"{name}:{number}", raw)
+            item = jsonl_item(f"{name}:{number}", raw, max_bytes)
             yield dataclasses.replace(item, weight=weight)  # with the blank lines before it
 
 
-def jsonl_chunks(stream: IO[bytes], size: int) -> Iterator[tuple[int, list[tuple[int, bytes]]]]:
+def jsonl_chunks(
+    stream: IO[bytes], size: int, limit: int
+) -> Iterator[tuple[int, list[tuple[int, bytes | None]]]]:
     """The lines of ``stream`` as ``(number, raw)``, ``size`` non-blank ones at a time, each chunk
-    with the bytes it covers (blank lines count towards the progress of the next line)."""
-    chunk: list[tuple[int, bytes]] = []
+    with the bytes it covers (blank lines count towards the progress of the next line). A line
+    longer than ``limit`` bytes is never held: its ``raw`` is None."""
+    chunk: list[tuple[int, bytes | None]] = []
     weight = 0
-    for number, raw in enumerate(stream, start=1):
-        weight += len(raw)
-        if not raw.strip():
+    for number, raw, length in bounded_lines(stream, limit):
+        weight += length
+        if raw is not None and not raw.strip():
             continue
         chunk.append((number, raw))
         if len(chunk) >= size:
@@ -150,15 +154,15 @@ def jsonl_chunks(stream: IO[bytes], size: int) -> Iterator[tuple[int, list[tuple
         yield weight, chunk
 
 
-def jsonl_item(location: str, raw: bytes) -> Item | Problem:
-    """One line: an admin-API resource object, or the Problem with it."""
+def jsonl_item(location: str, raw: bytes | None, max_bytes: int) -> Item | Problem:
+    """One line (None: one longer than the limit): an admin-API resource object, or the Problem."""
+    if raw is None:
+        return Problem(location, too_long(max_line_bytes(max_bytes)))
     weight = len(raw)
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        return Problem(location, "not UTF-8", weight)
-    except json.JSONDecodeError as exc:
-        return Problem(location, f"invalid JSON: {exc.msg} at column {exc.colno}", weight)
+        data = parse_json(raw)
+    except BadJson as exc:
+        return Problem(location, str(exc), weight)
     if not isinstance(data, dict):
         return Problem(location, "a line must be a JSON object (an admin-API resource)", weight)
     try:
@@ -630,7 +634,7 @@ def prepare_lines(name: str, lines: list[tuple[int, bytes]], max_bytes: int) -> 
     function of its arguments: it runs in a worker process as well as in this one."""
     out: list[Prepared | Problem] = []
     for number, raw in lines:
-        item = jsonl_item(f"{name}:{number}", raw)
+        item = jsonl_item(f"{name}:{number}", raw, max_bytes)
         if isinstance(item, Problem):
             out.append(item)
             continue
@@ -647,7 +651,7 @@ async def _prepared(
     """The file's chunks prepared, in order, with the bytes each covers. With ``workers``, parsing
     (JSON, validation, the URI rule: the import's CPU bound) runs in that many processes while this
     one COPYs and the database writes; without, in a thread one chunk ahead."""
-    chunks = jsonl_chunks(stream, CHUNK_SIZE)
+    chunks = jsonl_chunks(stream, CHUNK_SIZE, max_line_bytes(max_bytes))
     if workers < 1:
         work = ((prepare_lines(name, lines, max_bytes), weight) for weight, lines in chunks)
         async for done in _read_ahead(work):
