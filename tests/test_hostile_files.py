@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import gzip
 import io
 import json
@@ -145,6 +146,29 @@ def test_a_symlink_inside_the_tree_is_read_through_its_target_and_one_out_is_ski
         "file:///sub-link": None,
         "file:///sub-link/inner.txt": "inside inner",
     }
+
+
+def test_a_directory_that_cannot_be_opened_is_one_line_and_nothing_is_imported(
+    cli: Run, sql: Sql, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The root is opened once, up front (every read goes through it): when that fails (here a
+    refused permission, which root -- running these tests -- never meets), one line, status 1."""
+    root = tmp_path / "locked"
+    root.mkdir()
+    (root / "a.txt").write_text("a")
+    real_open = os.open
+
+    def refusing(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if path == os.path.realpath(root):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    cli("tenant", "create", "acme")
+    monkeypatch.setattr(os, "open", refusing)
+    result = cli("import", "--tenant", "acme", str(root))
+    monkeypatch.undo()
+    assert (result.code, result.out, result.err) == (1, "", f"catalog: {root}: Permission denied\n")
+    assert sql("SELECT uri FROM resources") == []
 
 
 # -- hostile backups and JSONL files --------------------------------------------------------------

@@ -108,11 +108,13 @@ def _open_source(args: argparse.Namespace, stack: contextlib.ExitStack) -> _Sour
     path = Path(args.path)
     if path.is_dir():
         base, lines = _directory_options(args)
-        source = stack.enter_context(
-            DirectorySource(
+        try:
+            listed = DirectorySource(
                 path, max_bytes=get_settings().max_blob_bytes, base=base, ignore=ignore_rules(lines)
             )
-        )
+        except OSError as exc:  # the directory itself cannot be opened
+            raise ConfigError(f"{path}: {exc.strerror or exc}") from None
+        source = stack.enter_context(listed)
         return _Source(source, source.total, "entries", source.ignored)
     if args.prefix is not None or args.ignore_file is not None:
         raise ConfigError("--prefix and --ignore-file apply to a directory import only")
