@@ -101,6 +101,9 @@ class Settings(BaseSettings):
     oauth_scopes: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["public"])
     # Clock skew allowed on a JWT's exp/nbf; a stream opened with a JWT ends at exp plus this.
     oauth_leeway_seconds: int = Field(default=30, ge=0, le=600)
+    # The longest a request waits for the issuer's JWKS (a URL, fetched in the background) when no
+    # key set is known yet, or a refetch for an unknown kid is due; past it: 503 naming the key set.
+    oauth_jwks_wait_seconds: float = Field(default=2.0, gt=0, le=30)
     # Who may read GET /metrics: the platform admin credential, or anyone who reaches the port.
     metrics_access: Literal["admin", "open"] = "admin"
     # Server log lines: json or text; unset, JSON unless stdout is a terminal.

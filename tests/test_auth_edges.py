@@ -4,9 +4,12 @@ malformed ``Authorization`` headers, and text logs that a credential cannot forg
 
 from __future__ import annotations
 
+import asyncio
+import http.server
 import json
 import secrets
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,9 @@ import pytest_asyncio
 
 import catalog.auth
 import catalog.core.reading
-from catalog.auth.refusals import RATE_LIMITED, request_id_of
+from catalog.auth.jwt import JwksSource, JwtVerifier
+from catalog.auth.refusals import INTERNAL_ERROR, RATE_LIMITED, request_id_of
+from catalog.core.errors import Unauthenticated
 from catalog.settings import Settings
 from tests.admin_support import ADMIN_TOKEN, API, assert_problem
 from tests.mcp_helpers import Served, envelope, mcp_settings, modern_headers, module_database, served
@@ -32,10 +37,69 @@ def issuer(tmp_path: Path) -> Issuer:
     return Issuer(tmp_path)
 
 
+class JwksServer:
+    """The issuer's JWKS over real HTTP, answering as ``mode`` says: ``ok``, ``status`` (500),
+    ``redirect`` (302 to the same document), ``array`` (a JSON array), ``text`` (not JSON) or
+    ``slow`` (the document once ``release`` is set)."""
+
+    def __init__(self, document: str) -> None:
+        self.mode = "ok"
+        self.asked = 0
+        self.release = threading.Event()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.asked += 1
+                mode = outer.mode
+                if mode == "slow":
+                    outer.release.wait(timeout=60)
+                status, body, extra = {
+                    "status": (500, b'{"error": "down"}', {}),
+                    "redirect": (302, b"", {"Location": "/jwks.json"}),
+                    "array": (200, json.dumps(json.loads(document)["keys"]).encode(), {}),
+                    "text": (200, b"<html>maintenance</html>", {}),
+                }.get(mode, (200, document.encode(), {}))
+                self.send_response(status)
+                for name, value in {"Content-Type": "application/json", **extra}.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/jwks.json"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
 @pytest.fixture
-def settings(database_url: str, tmp_path: Path, issuer: Issuer, request: pytest.FixtureRequest) -> Settings:
+def jwks_server(issuer: Issuer) -> Iterator[JwksServer]:
+    server = JwksServer(issuer.jwks_path.read_text())
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def settings(
+    database_url: str, tmp_path: Path, issuer: Issuer, jwks_server: JwksServer, request: pytest.FixtureRequest
+) -> Settings:
     """conftest's app (in-process) with an OAuth issuer whose JWKS is a file; a test may change
-    fields by parametrizing this fixture indirectly with a dict."""
+    fields by parametrizing this fixture indirectly with a dict (``jwks_url``: the JWKS over HTTP
+    from ``jwks_server`` instead)."""
+    overrides = dict(getattr(request, "param", {}))
+    if overrides.pop("jwks_url", False):
+        overrides["oauth_jwks"] = jwks_server.url
     values = {
         "database_url": database_url,
         "home": tmp_path / "home",
@@ -47,7 +111,7 @@ def settings(database_url: str, tmp_path: Path, issuer: Issuer, request: pytest.
         "oauth_jwks": str(issuer.jwks_path),
         "rate_limit_per_minute": 0,
     }
-    return Settings(**{**values, **getattr(request, "param", {})})
+    return Settings(**{**values, **overrides})
 
 
 def _challenge_params(value: str) -> dict[str, str]:
@@ -244,3 +308,143 @@ async def test_configured_scopes_replace_the_default_in_challenge_and_metadata_a
     assert metadata["scopes_supported"] == ["docs", "src"]
     missing = await anon.post("/mcp", json=_list_body(1), headers=modern_headers("resources/list"))
     assert _challenge_params(missing.headers["www-authenticate"])["scope"] == "docs src"
+
+
+# -- JWT claims and audiences ----------------------------------------------------------------------
+
+
+async def _both_surfaces(
+    anon: httpx.AsyncClient, tenant: str, token: str
+) -> tuple[httpx.Response, httpx.Response]:
+    headers = {"Authorization": f"Bearer {token}"}
+    on_admin = await anon.get(f"{API}/tenants/{tenant}/resources", headers=headers)
+    on_mcp = await anon.post(
+        "/mcp", json=_list_body(9), headers={**modern_headers("resources/list"), **headers}
+    )
+    return on_admin, on_mcp
+
+
+@pytest.mark.parametrize(
+    "claims",
+    [
+        {"exp": "9999999999"},
+        {"exp": 10**30},
+        {"exp": 1e300},
+        {"exp": True},
+        {"sub": "agent\x00-7"},
+        {"sub": "agent-\ud800"},
+        {"sub": "agent-7\nINFO forged line"},
+        {"sub": "a" * 5000},
+        {"tenant": "acme\x00"},
+        {"scope": "catalog:admin bad\x00scope"},
+    ],
+    ids=lambda claims: repr(claims)[:40],
+)
+async def test_a_signed_token_with_unusable_claims_is_401_invalid_token_never_500(
+    anon: httpx.AsyncClient, tenant: str, issuer: Issuer, claims: dict[str, Any]
+) -> None:
+    """AUTH-5: a correctly signed token whose expiry is not a usable number, or whose subject, tenant
+    or scopes are not printable text (a NUL, a lone surrogate, a line break), is refused as the
+    token's fault on both surfaces."""
+    token = issuer.token(**{"tenant": tenant, "scope": "catalog:admin public", **claims})
+    on_admin, on_mcp = await _both_surfaces(anon, tenant, token)
+    assert_problem(on_admin, 401)
+    assert _challenge_params(on_admin.headers["www-authenticate"])["error"] == "invalid_token"
+    assert on_mcp.status_code == 401 and on_mcp.json()["error"] == "invalid_token"
+    good_admin, good_mcp = await _both_surfaces(
+        anon, tenant, issuer.token(tenant=tenant, scope="catalog:admin")
+    )
+    assert (good_admin.status_code, good_mcp.status_code) == (200, 200)
+
+
+async def test_an_audience_is_compared_whole_and_each_surface_accepts_what_it_advertises_auth_5(
+    anon: httpx.AsyncClient, tenant: str, issuer: Issuer
+) -> None:
+    """AUTH-5, AUTH-13, RFC 8707: an audience with a query or fragment names another resource. The
+    admin API accepts a token for the resource its metadata advertises (what a client following it
+    asks for), and /mcp does not (a token for the admin API is not one for /mcp)."""
+    for audience in (
+        f"{AUDIENCE}?tenant=other",
+        f"{AUDIENCE}#x",
+        f"{AUDIENCE}/?x=1",
+        "https://catalog.test/mcpx",
+    ):
+        on_admin, on_mcp = await _both_surfaces(
+            anon, tenant, issuer.token(tenant=tenant, scope="catalog:admin", aud=audience)
+        )
+        assert (on_admin.status_code, on_mcp.status_code) == (401, 401), audience
+        assert "another resource" in on_admin.json()["detail"]
+    advertised = (await anon.get("/.well-known/oauth-protected-resource/admin/v1")).json()["resource"]
+    assert advertised == "https://catalog.test/admin/v1"
+    for spelling in (advertised, "HTTPS://Catalog.TEST/admin/v1/"):
+        token = issuer.token(tenant=tenant, scope="catalog:admin", aud=spelling)
+        on_admin, on_mcp = await _both_surfaces(anon, tenant, token)
+        assert on_admin.status_code == 200 and on_admin.json()["items"] is not None
+        assert on_mcp.status_code == 401 and on_mcp.json()["error"] == "invalid_token"
+    # The /mcp audience (what its metadata advertises) is accepted on both, as before.
+    mcp_resource = (await anon.get("/.well-known/oauth-protected-resource/mcp")).json()["resource"]
+    on_admin, on_mcp = await _both_surfaces(
+        anon, tenant, issuer.token(tenant=tenant, scope="catalog:admin", aud=mcp_resource)
+    )
+    assert (on_admin.status_code, on_mcp.status_code) == (200, 200)
+
+
+# -- a JWKS URL: fetched off the request path, bounded wait, last good set kept ------------------------
+
+
+@pytest.mark.parametrize("settings", [{"jwks_url": True, "oauth_jwks_wait_seconds": 5}], indirect=True)
+@pytest.mark.parametrize("mode", ["status", "redirect", "array", "text"])
+async def test_an_unusable_jwks_answer_is_503_naming_the_key_set_on_both_surfaces(
+    anon: httpx.AsyncClient, tenant: str, issuer: Issuer, jwks_server: JwksServer, mode: str
+) -> None:
+    """An error status, a redirect (not followed), an array or a body that is not JSON: no key set is
+    known, which is the server's trouble: 503 naming CATALOG_OAUTH_JWKS, not a 500, not a 401 blaming
+    the token, not "database unavailable"."""
+    jwks_server.mode = mode
+    on_admin, on_mcp = await _both_surfaces(anon, tenant, issuer.token(tenant=tenant, scope="catalog:admin"))
+    problem = assert_problem(on_admin, 503)
+    assert "CATALOG_OAUTH_JWKS" in problem["detail"] and jwks_server.url in problem["detail"]
+    assert "database" not in problem["detail"]
+    assert on_mcp.status_code == 503 and on_mcp.json()["id"] == 9
+    error = on_mcp.json()["error"]
+    assert error["code"] == INTERNAL_ERROR and "CATALOG_OAUTH_JWKS" in error["message"]
+    assert error["data"] == {"retryable": True} and "database" not in error["message"]
+    # Opaque tokens never wait for the key set.
+    assert (
+        await anon.get(f"{API}/tenants", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    ).status_code == 200
+
+
+@pytest.mark.parametrize("settings", [{"jwks_url": True, "oauth_jwks_wait_seconds": 0.2}], indirect=True)
+async def test_a_slow_jwks_is_fetched_once_in_the_background_and_waited_for_a_bounded_time(
+    app: Any, anon: httpx.AsyncClient, tenant: str, issuer: Issuer, jwks_server: JwksServer
+) -> None:
+    """A JWKS that does not answer: each JWT request waits at most CATALOG_OAUTH_JWKS_WAIT_SECONDS,
+    then gets 503 naming the key set; the one fetch under way is shared (the server is asked once),
+    and once it answers, the key set is used."""
+    jwks_server.mode = "slow"
+    token = issuer.token(tenant=tenant, scope="catalog:admin")
+    for _ in range(3):
+        on_admin, on_mcp = await _both_surfaces(anon, tenant, token)
+        assert "no answer within 0.2 s" in assert_problem(on_admin, 503)["detail"]
+        assert on_mcp.status_code == 503 and "CATALOG_OAUTH_JWKS" in on_mcp.json()["error"]["message"]
+    assert jwks_server.asked == 1
+    jwks_server.release.set()
+    fetching = app.state.catalog.jwt_verifier.jwks._fetching
+    await asyncio.wait_for(asyncio.shield(fetching), 30)
+    on_admin, on_mcp = await _both_surfaces(anon, tenant, token)
+    assert (on_admin.status_code, on_mcp.status_code) == (200, 200)
+    assert jwks_server.asked == 1
+
+
+async def test_a_failed_refresh_keeps_the_last_good_key_set(issuer: Issuer, jwks_server: JwksServer) -> None:
+    """A refetch (a token naming a kid not in the set) that fails leaves the known keys in use."""
+    source = JwksSource(jwks_server.url, wait_seconds=5, min_refetch_seconds=0)
+    verifier = JwtVerifier(issuer=ISSUER, audience=AUDIENCE, jwks=source)
+    assert (await verifier.claims(issuer.token(tenant="acme")))["sub"] == "agent-7"
+    for mode in ("status", "array", "text", "redirect"):
+        jwks_server.mode = mode
+        with pytest.raises(Unauthenticated, match="unknown key"):
+            await verifier.claims(issuer.token(tenant="acme", kid="rotated"))
+        assert (await verifier.claims(issuer.token(tenant="acme")))["sub"] == "agent-7", mode
+    assert jwks_server.asked == 5  # the first fetch and one refetch per failed mode

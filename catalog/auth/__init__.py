@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl
 from starlette.datastructures import Headers
 from starlette.types import Scope
 
+from catalog.auth.challenges import ADMIN_RESOURCE, MCP_RESOURCE
 from catalog.auth.jwt import jwt_verifier, looks_like_jwt
 from catalog.auth.quotas import authentication_failed, authentication_succeeded
 from catalog.core.errors import Unauthenticated
@@ -56,8 +57,11 @@ def bearer_token(authorization: str | None) -> str | None:
     return parts[1]
 
 
-async def authenticate(catalog: Catalog, authorization: str | None) -> Principal | None:
-    """The principal of a request's credentials; None when it carries none."""
+async def authenticate(
+    catalog: Catalog, authorization: str | None, resource: str = MCP_RESOURCE
+) -> Principal | None:
+    """The principal of a request's credentials for ``resource`` (``/mcp`` or ``/admin/v1``: a JWT
+    must name it as its audience); None when it carries none."""
     token = bearer_token(authorization)
     if token is None:
         return None
@@ -65,7 +69,7 @@ async def authenticate(catalog: Catalog, authorization: str | None) -> Principal
         return Principal.platform_admin()
     verifier = jwt_verifier(catalog)
     if verifier is not None and looks_like_jwt(token):
-        claims = await verifier.claims(token)
+        claims = await verifier.claims(token, resource)
         slug = claims.get(verifier.tenant_claim)
         tenant = await find_tenant(catalog, slug) if isinstance(slug, str) else None
         if tenant is None:
@@ -80,20 +84,26 @@ async def authenticate(catalog: Catalog, authorization: str | None) -> Principal
 
 
 async def authenticate_request(
-    catalog: Catalog, authorization: str | None, query_string: bytes
+    catalog: Catalog, authorization: str | None, query_string: bytes, resource: str = MCP_RESOURCE
 ) -> Principal | None:
     """The principal of a request (both surfaces): its credentials by :func:`request_credentials`'s
     rule, resolved by :func:`authenticate`; None when it carries none."""
     request_credentials(authorization, query_string)
-    return await authenticate(catalog, authorization)
+    return await authenticate(catalog, authorization, resource)
 
 
 async def authenticate_caller(catalog: Catalog, scope: Scope) -> Principal | None:
     """:func:`authenticate_request` for an HTTP request, as both surfaces call it: a failure is
     charged to the caller's address, a success marks its credential known (``quotas.Caller``)."""
     authorization = Headers(scope=scope).get("authorization")
+    path = scope.get("path", "")
+    resource = (
+        ADMIN_RESOURCE if path == ADMIN_RESOURCE or path.startswith(ADMIN_RESOURCE + "/") else MCP_RESOURCE
+    )
     try:
-        principal = await authenticate_request(catalog, authorization, scope.get("query_string") or b"")
+        principal = await authenticate_request(
+            catalog, authorization, scope.get("query_string") or b"", resource
+        )
     except Unauthenticated:
         authentication_failed(scope)
         raise

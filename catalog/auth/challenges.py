@@ -38,19 +38,39 @@ def request_origin(request: Scope) -> str:
 
 def canonical_url(url: str) -> str:
     """A URL compared the way RFC 3986 allows: scheme and host in any case, no trailing slash
-    (AUTH-13: an audience of ``HTTPS://Catalog.example/mcp/`` names ``https://catalog.example/mcp``)."""
+    (AUTH-13: an audience of ``HTTPS://Catalog.example/mcp/`` names ``https://catalog.example/mcp``).
+    The whole URI: a query or fragment stays, so ``…/mcp?x`` or ``…/mcp#x`` names another resource."""
     parts = urlsplit(url.strip())
-    return f"{parts.scheme.lower()}://{parts.netloc.lower()}{parts.path.rstrip('/')}"
+    canonical = f"{parts.scheme.lower()}://{parts.netloc.lower()}{parts.path.rstrip('/')}"
+    if parts.query:
+        canonical += "?" + parts.query
+    if parts.fragment:
+        canonical += "#" + parts.fragment
+    return canonical
+
+
+def oauth_resource_uri(audience: str, resource: str) -> str:
+    """The canonical URI of ``resource`` when OAuth is configured: the audience itself for ``/mcp``,
+    the same origin for the admin API."""
+    canonical = canonical_url(audience)
+    if resource == MCP_RESOURCE:
+        return canonical
+    parts = urlsplit(canonical)
+    return f"{parts.scheme}://{parts.netloc}{resource}"
+
+
+def accepted_audiences(audience: str, resource: str) -> frozenset[str]:
+    """The token audiences ``resource`` accepts (canonical): the URI its metadata advertises (what a
+    client following it asks the authorization server for, RFC 8707), and on the admin API also
+    the ``/mcp`` audience (an agent's token holding the admin scope). ``/mcp`` accepts only its own."""
+    own = oauth_resource_uri(audience, resource)
+    return frozenset({own, canonical_url(audience)} if resource == ADMIN_RESOURCE else {own})
 
 
 def resource_uri(settings: Settings, request: Scope, resource: str = MCP_RESOURCE) -> str:
     """The canonical URI of a protected resource of this server."""
     if settings.oauth_audience:
-        audience = canonical_url(settings.oauth_audience)
-        if resource == MCP_RESOURCE:
-            return audience
-        parts = urlsplit(audience)
-        return f"{parts.scheme}://{parts.netloc}{resource}"
+        return oauth_resource_uri(settings.oauth_audience, resource)
     return request_origin(request) + resource
 
 

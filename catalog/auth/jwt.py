@@ -5,20 +5,28 @@ with an asymmetric algorithm, names the configured issuer and audience (the cano
 URL: RFC 8707), and is within its ``exp``/``nbf`` window. The tenant comes from a claim (default
 ``tenant``, a tenant slug); scopes from ``scope`` (space-separated) or ``scp`` (a list). The scope
 ``catalog:admin`` (configurable) makes the principal an admin of its tenant.
+
+A JWKS URL is fetched off the request path: one fetch at a time, in a background task; a request
+waits for it only when no key set is known yet (or its ``kid`` is unknown and a refetch is due),
+and then at most ``CATALOG_OAUTH_JWKS_WAIT_SECONDS``: past that, or when the fetch failed, the
+answer is 503 naming the key set (:class:`KeySetUnavailable`), never a database error. A failed
+refresh keeps the last good key set.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import math
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from catalog.auth.challenges import canonical_url
-from catalog.core.errors import Unauthenticated
+from catalog.auth.challenges import MCP_RESOURCE, accepted_audiences, canonical_url
+from catalog.core.errors import Unauthenticated, Unavailable
 from catalog.core.principal import Principal
 from catalog.core.service import Catalog
 
@@ -46,6 +54,26 @@ ALGORITHMS = list(KEY_TYPES)
 _JWKS_TTL_SECONDS = 300.0
 _MIN_REFETCH_SECONDS = 30.0
 _FILE_RECHECK_SECONDS = 5.0
+_FETCH_TIMEOUT_SECONDS = 5.0
+MAX_JWKS_BYTES = 1024 * 1024  # a key set is a few KiB; a larger answer is not one
+MAX_CLAIM_CHARS = 1024  # sub and the tenant claim: identifiers, logged and stored
+
+logger = logging.getLogger("catalog.auth")
+
+
+class KeySetUnavailable(Unavailable):
+    """No key set of the issuer is known (not fetched yet, or every fetch failed): the server's
+    trouble, not the token's, so 503 and a retry rather than 401."""
+
+    def __init__(self, location: str, reason: str) -> None:
+        super().__init__(
+            f"the issuer's signing keys (CATALOG_OAUTH_JWKS {location[:200]!r}) are not available: {reason};"
+            " retry later"
+        )
+
+
+class JwksError(ValueError):
+    """A JWKS answer or file that is not a usable key set."""
 
 
 def looks_like_jwt(token: str) -> bool:
@@ -54,12 +82,19 @@ def looks_like_jwt(token: str) -> bool:
 
 @dataclass
 class JwksSource:
-    """Signing keys from a file (re-read when it changes) or a URL (cached, refetched on a new kid)."""
+    """Signing keys from a file (re-read when it changes) or a URL (fetched in the background,
+    refetched when stale or on a new kid); the last good key set is kept whenever a refresh fails."""
 
     location: str
+    wait_seconds: float = 2.0  # the longest a request waits for a fetch
+    ttl_seconds: float = _JWKS_TTL_SECONDS
+    min_refetch_seconds: float = _MIN_REFETCH_SECONDS
     _keys: dict[str, PyJWK] = field(default_factory=dict)
     _declared_algs: dict[Any, Any] = field(default_factory=dict)
     _loaded_at: float = 0.0
+    _attempted_at: float = -math.inf
+    _last_error: str = "not fetched yet"
+    _fetching: asyncio.Task[None] | None = None
     _mtime: float | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -68,11 +103,24 @@ class JwksSource:
         return self.location.startswith(("https://", "http://"))
 
     async def key(self, kid: str | None) -> PyJWK | None:
-        await self._refresh(force=False)
+        """The key ``kid`` names (the only key, without a kid); None if the key set has none.
+        Raises :class:`KeySetUnavailable` when no key set is known."""
+        if not self.is_url:
+            await self._refresh_file(force=False)
+        elif not self._keys:
+            await self._fetched()
+        elif time.monotonic() - self._loaded_at > self.ttl_seconds:
+            self._start_fetch()  # in the background: this request uses the keys known now
         found = self._find(kid)
-        if found is None and time.monotonic() - self._loaded_at > _MIN_REFETCH_SECONDS:
-            await self._refresh(force=True)  # the issuer may have rotated its keys
+        if found is None and time.monotonic() - self._attempted_at > self.min_refetch_seconds:
+            # The issuer may have rotated its keys.
+            if self.is_url:
+                await self._fetched()
+            else:
+                await self._refresh_file(force=True)
             found = self._find(kid)
+        if not self._keys:
+            raise KeySetUnavailable(self.location, self._last_error)
         return found
 
     def _find(self, kid: str | None) -> PyJWK | None:
@@ -87,46 +135,93 @@ class JwksSource:
         declared = self._declared_algs.get(key.key_id)
         return key.key_type == KEY_TYPES.get(algorithm) and declared in (None, algorithm)
 
-    async def _refresh(self, *, force: bool) -> None:
-        async with self._lock:
-            if self.is_url:
-                stale = time.monotonic() - self._loaded_at > _JWKS_TTL_SECONDS
-                if self._keys and not stale and not force:
-                    return
-                document = await self._fetch()
-            else:
-                # A file is looked at again at most every few seconds, off the event loop.
-                if self._keys and not force and time.monotonic() - self._loaded_at < _FILE_RECHECK_SECONDS:
-                    return
-                mtime, document = await asyncio.to_thread(self._read_file)
-                if document is None:
-                    self._loaded_at = time.monotonic()
-                    return
-                self._mtime = mtime
-            from jwt import PyJWKSet
+    def _start_fetch(self) -> asyncio.Task[None]:
+        """The fetch under way, or a new one: never more than one at a time."""
+        if self._fetching is None or self._fetching.done():
+            self._attempted_at = time.monotonic()
+            self._fetching = asyncio.get_running_loop().create_task(self._fetch_and_install())
+        return self._fetching
 
+    async def _fetched(self) -> None:
+        """Wait for a fetch, at most ``wait_seconds`` (the fetch goes on: a later request uses it)."""
+        task = self._start_fetch()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), self.wait_seconds)
+        except TimeoutError:
+            if not self._keys:
+                raise KeySetUnavailable(self.location, f"no answer within {self.wait_seconds:g} s") from None
+
+    async def _fetch_and_install(self) -> None:
+        try:
+            self._install(await self._fetch())
+        except Exception as exc:  # whatever went wrong, the last good key set stays in use
+            self._last_error = (
+                str(exc) if isinstance(exc, JwksError) else f"fetch failed ({type(exc).__name__})"
+            )
+            logger.warning("jwks: %s: %s", self.location[:200], self._last_error)
+
+    async def _fetch(self) -> dict[str, Any]:
+        import httpx
+
+        async with (
+            httpx.AsyncClient(timeout=_FETCH_TIMEOUT_SECONDS, follow_redirects=False) as client,
+            client.stream("GET", self.location) as response,
+        ):
+            if response.status_code != 200:
+                raise JwksError(
+                    f"the JWKS URL answered HTTP {response.status_code} (redirects are not followed)"
+                )
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_JWKS_BYTES:
+                    raise JwksError(f"the JWKS is larger than {MAX_JWKS_BYTES} bytes")
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise JwksError("the JWKS URL did not answer JSON") from None
+
+    def _install(self, document: Any) -> None:
+        """Make ``document`` the key set, if it is one (else :class:`JwksError`, nothing changed)."""
+        from jwt import PyJWKSet, PyJWTError
+
+        if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
+            raise JwksError("the JWKS is not a JWK set (an object with a 'keys' array)")
+        try:
             keys = PyJWKSet.from_dict(document).keys
-            self._keys = {key.key_id or f"#{index}": key for index, key in enumerate(keys)}
-            # The ``alg`` each key names, if any (PyJWK fills in a default when it names none).
-            self._declared_algs = {
-                raw.get("kid"): raw.get("alg") for raw in document.get("keys", []) if isinstance(raw, dict)
-            }
+        except (PyJWTError, TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise JwksError(f"the JWKS has no usable key ({type(exc).__name__})") from None
+        self._keys = {key.key_id or f"#{index}": key for index, key in enumerate(keys)}
+        # The ``alg`` each key names, if any (PyJWK fills in a default when it names none).
+        self._declared_algs = {
+            raw.get("kid"): raw.get("alg") for raw in document["keys"] if isinstance(raw, dict)
+        }
+        self._loaded_at = time.monotonic()
+
+    async def _refresh_file(self, *, force: bool) -> None:
+        async with self._lock:
+            # A file is looked at again at most every few seconds, off the event loop.
+            if self._keys and not force and time.monotonic() - self._loaded_at < _FILE_RECHECK_SECONDS:
+                return
+            self._attempted_at = time.monotonic()
+            try:
+                mtime, document = await asyncio.to_thread(self._read_file)
+                if document is not None:
+                    self._install(document)
+                    self._mtime = mtime
+            except (OSError, ValueError) as exc:  # the last good key set stays in use
+                self._last_error = (
+                    str(exc) if isinstance(exc, JwksError) else f"unreadable ({type(exc).__name__})"
+                )
+                logger.warning("jwks: %s: %s", self.location[:200], self._last_error)
             self._loaded_at = time.monotonic()
 
-    def _read_file(self) -> tuple[float, dict[str, Any] | None]:
+    def _read_file(self) -> tuple[float, Any]:
         path = Path(self.location)
         mtime = path.stat().st_mtime
         if self._keys and mtime == self._mtime:
             return mtime, None
         return mtime, json.loads(path.read_text())
-
-    async def _fetch(self) -> dict[str, Any]:
-        import httpx
-
-        async with httpx.AsyncClient(timeout=5.0, follow_redirects=False) as client:
-            response = await client.get(self.location)
-            response.raise_for_status()
-            return response.json()
 
 
 @dataclass
@@ -138,7 +233,9 @@ class JwtVerifier:
     admin_scope: str = "catalog:admin"
     leeway_seconds: int = 30
 
-    async def claims(self, token: str) -> dict[str, Any]:
+    async def claims(self, token: str, resource: str = MCP_RESOURCE) -> dict[str, Any]:
+        """The claims of ``token`` if it is a valid access token for ``resource`` (``/mcp`` or
+        ``/admin/v1``, see ``challenges.accepted_audiences``); else :class:`Unauthenticated`."""
         import jwt
 
         try:
@@ -147,12 +244,10 @@ class JwtVerifier:
             raise Unauthenticated("the token is not a well-formed JWT") from None
         if header.get("alg") not in ALGORITHMS:
             raise Unauthenticated("the token's signing algorithm is not accepted")
-        try:
-            key = await self.jwks.key(header.get("kid"))
-        except (OSError, ValueError, jwt.PyJWTError) as exc:
-            raise Unauthenticated(
-                f"the issuer's signing keys are unavailable ({type(exc).__name__})"
-            ) from None
+        kid = header.get("kid")
+        if kid is not None and not isinstance(kid, str):
+            raise Unauthenticated("the token's key id (kid) is not a string")
+        key = await self.jwks.key(kid)  # KeySetUnavailable (503) when no key set is known
         if key is None:
             raise Unauthenticated("the token is signed by an unknown key")
         if not self.jwks.fits(key, header["alg"]):
@@ -187,11 +282,41 @@ class JwtVerifier:
             raise Unauthenticated(f"the token is invalid ({type(exc).__name__})") from None
         if not isinstance(claims.get("sub"), str) or not claims["sub"].strip():
             raise Unauthenticated("the token names no subject (sub): catalog tells callers apart by it")
+        self._check_text_claims(claims)
+        self.expires_at(claims)  # a number of seconds a datetime can hold, else refused here
         audiences = claims["aud"] if isinstance(claims["aud"], list) else [claims["aud"]]
-        wanted = canonical_url(self.audience)
-        if not any(isinstance(aud, str) and canonical_url(aud) == wanted for aud in audiences):
+        wanted = accepted_audiences(self.audience, resource)
+        if not any(isinstance(aud, str) and canonical_url(aud) in wanted for aud in audiences):
             raise Unauthenticated("the token was issued for another resource")
         return claims
+
+    def _check_text_claims(self, claims: dict[str, Any]) -> None:
+        """The claims catalog logs, stores and compares in SQL are printable text of a sane length:
+        a NUL, a lone surrogate or a line break in them is the token's fault (401), not a 500 or a
+        forged log line."""
+        named = {"sub": claims["sub"]}
+        tenant = claims.get(self.tenant_claim)
+        if isinstance(tenant, str):
+            named[self.tenant_claim] = tenant
+        for name, value in named.items():
+            if len(value) > MAX_CLAIM_CHARS or not value.isprintable():
+                raise Unauthenticated(
+                    f"the token's {name!r} claim must be printable text of at most {MAX_CLAIM_CHARS} characters"
+                )
+        scope, scp = claims.get("scope"), claims.get("scp")
+        parts = scope.split() if isinstance(scope, str) else scp if isinstance(scp, list) else []
+        if not all(part.isprintable() for part in parts if isinstance(part, str)):
+            raise Unauthenticated("the token's scopes must be printable text")
+
+    def expires_at(self, claims: dict[str, Any]) -> datetime:
+        """When a principal of these claims stops being valid: ``exp`` plus the leeway."""
+        exp = claims["exp"]
+        if isinstance(exp, bool) or not isinstance(exp, int | float):
+            raise Unauthenticated("the token's expiry (exp) is not a number")
+        try:
+            return datetime.fromtimestamp(exp + self.leeway_seconds, UTC)
+        except (OverflowError, OSError, ValueError):
+            raise Unauthenticated("the token's expiry (exp) is out of range") from None
 
     @staticmethod
     def scopes_of(claims: dict[str, Any]) -> frozenset[str]:
@@ -212,7 +337,7 @@ class JwtVerifier:
             scopes=scopes - {self.admin_scope},
             is_admin=self.admin_scope in scopes,
             subject=claims["sub"],
-            expires_at=datetime.fromtimestamp(claims["exp"] + self.leeway_seconds, UTC),
+            expires_at=self.expires_at(claims),
         )
 
 
@@ -227,7 +352,7 @@ def jwt_verifier(catalog: Catalog) -> JwtVerifier | None:
         catalog.jwt_verifier = JwtVerifier(
             issuer=settings.oauth_issuer,
             audience=settings.oauth_audience,
-            jwks=JwksSource(settings.oauth_jwks),
+            jwks=JwksSource(settings.oauth_jwks, wait_seconds=settings.oauth_jwks_wait_seconds),
             tenant_claim=settings.oauth_tenant_claim,
             admin_scope=settings.oauth_admin_scope,
             leeway_seconds=settings.oauth_leeway_seconds,

@@ -32,7 +32,7 @@ from catalog.auth import anonymous_principal, authenticate, authenticate_caller,
 from catalog.auth.challenges import bearer_challenge
 from catalog.auth.quotas import StreamQuotas, authentication_succeeded
 from catalog.auth.refusals import RATE_LIMITED, RequestId, refusal, request_id_of
-from catalog.core.errors import Unauthenticated, database_unavailable, pool_exhausted
+from catalog.core.errors import Unauthenticated, Unavailable, database_unavailable, pool_exhausted
 from catalog.core.principal import Principal
 from catalog.core.service import Catalog
 from catalog.core.tokens import is_opaque_token
@@ -245,7 +245,7 @@ class McpEdge:
             elif not is_opaque_token(token):
                 principal = await authenticate(catalog, authorization)  # a JWT, the platform token
                 token = None
-        except Unauthenticated:
+        except (Unauthenticated, Unavailable):
             return False  # the full path tells the caller why
         if token is None and (principal is None or principal.tenant_id is None):
             return False
@@ -280,6 +280,18 @@ class McpEdge:
                 principal = await self._anonymous_principal(catalog)
         except Unauthenticated as exc:
             await self._challenge(scope, exc.status, exc.error, exc.detail)(scope, receive, send)
+            return
+        except Unavailable as exc:  # the issuer's key set, not the database (catalog.auth.jwt)
+            await refusal(
+                MCP_PATH,
+                503,
+                exc.title,
+                exc.detail,
+                code=types.INTERNAL_ERROR,
+                data={"retryable": True},
+                headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)},
+                request_id=_id_of(body),
+            )(scope, receive, send)
             return
         except Exception as exc:
             if not database_unavailable(exc):
