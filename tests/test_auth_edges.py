@@ -22,6 +22,7 @@ import catalog.core.reading
 from catalog.auth.jwt import JwksSource, JwtVerifier
 from catalog.auth.refusals import INTERNAL_ERROR, RATE_LIMITED, request_id_of
 from catalog.core.errors import Unauthenticated
+from catalog.observability.logs import JsonFormatter, TextFormatter
 from catalog.settings import Settings
 from tests.admin_support import ADMIN_TOKEN, API, assert_problem
 from tests.mcp_helpers import Served, envelope, mcp_settings, modern_headers, module_database, served
@@ -448,3 +449,57 @@ async def test_a_failed_refresh_keeps_the_last_good_key_set(issuer: Issuer, jwks
             await verifier.claims(issuer.token(tenant="acme", kid="rotated"))
         assert (await verifier.claims(issuer.token(tenant="acme")))["sub"] == "agent-7", mode
     assert jwks_server.asked == 5  # the first fetch and one refetch per failed mode
+
+
+# -- text logs: one record, one line ---------------------------------------------------------------
+
+FORGED = (
+    "agent-7\n2026-12-05T09:00:00.000+00:00 INFO    catalog.request: GET /admin/v1/tenants 200 principal=root"
+)
+
+
+def test_a_text_log_line_cannot_be_forged_by_a_value_message_or_traceback() -> None:
+    """CATALOG_LOG_FORMAT=text: a control character, line separator or lone surrogate in a value
+    (a JWT sub, a header), the message (a decoded path) or an exception's text is escaped; a value
+    with spaces, quotes or ``=`` is quoted, so it cannot pass for another field; traceback lines are
+    indented, so every line at column 0 is a record's own."""
+    error = (
+        "Traceback (most recent call last):\nValueError: bad input\n2026-12-05T09:00:00.000+00:00 INFO forged"
+    )
+    text = TextFormatter().line(
+        0.0,
+        "INFO",
+        "catalog.request",
+        "GET /x\r\nforged 200",
+        {
+            "principal": FORGED,
+            "tenant": "acme status=500",
+            "odd": "\ud800\u2028\x1b[31m\x85",
+            "request_id": "r-1",
+        },
+        error,
+    )
+    first, *rest = text.split("\n")
+    assert first == (
+        "1970-01-01T00:00:00.000+00:00 INFO    catalog.request: GET /x\\r\\nforged 200"
+        ' principal="agent-7\\n2026-12-05T09:00:00.000+00:00 INFO    catalog.request: GET /admin/v1/tenants 200'
+        ' principal=root" tenant="acme status=500" odd="\\ud800\\u2028\\x1b[31m\\x85" request_id=r-1'
+    )
+    assert rest == [
+        "  Traceback (most recent call last):",
+        "  ValueError: bad input",
+        "  2026-12-05T09:00:00.000+00:00 INFO forged",
+    ]
+    text.encode("utf-8")  # writable: no lone surrogate left
+
+
+def test_a_json_log_line_is_one_line_of_utf_8_whatever_a_value_holds() -> None:
+    """JSON logs escape line breaks already; a lone surrogate (which orjson refuses) is written as an
+    ASCII escape instead of losing the line to an encoding error."""
+    for principal in (FORGED, FORGED + "\ud800"):
+        line = JsonFormatter().line(
+            0.0, "INFO", "catalog.request", "GET /x 200", {"principal": principal}, None
+        )
+        assert "\n" not in line and "\u2028" not in line
+        line.encode("utf-8")
+        assert json.loads(line)["principal"] == principal

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import threading
 import time
@@ -100,21 +101,59 @@ class JsonFormatter(LineFormatter):
         try:
             return orjson.dumps(line, default=_json_default).decode()
         except (orjson.JSONEncodeError, TypeError):  # an integer beyond 64 bits, a key not a string
-            return json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=str)
+            # ASCII: orjson also refuses a lone surrogate, which has no UTF-8 form to write.
+            return json.dumps(line, ensure_ascii=True, separators=(",", ":"), default=str)
+
+
+# What a text line may not carry raw: control characters (C0, DEL, C1), Unicode line and paragraph
+# separators, lone surrogates (no UTF-8 form). A client's input (a path, a JWT's sub) can hold any.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# A value written bare: no space, quote, equals sign or backslash (else it is quoted).
+_BARE = re.compile(r'[^\s"=\\]+')
+
+
+def _escape_character(match: re.Match[str]) -> str:
+    character = match.group()
+    named = _NAMED_ESCAPES.get(character)
+    if named is not None:
+        return named
+    code = ord(character)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _escaped(text: str) -> str:
+    """``text`` with each unsafe character as an escape (``\\n``, ``\\x1b``, ``\\ud800``)."""
+    return _UNSAFE.sub(_escape_character, text)
+
+
+def _text_value(value: Any) -> str:
+    """A field's value as text: bare when unambiguous, else double-quoted with ``\\`` and ``"``
+    escaped, so a value can neither end its line nor pass for another ``key=value``."""
+    text = str(value)
+    if _BARE.fullmatch(text) and not _UNSAFE.search(text):
+        return text
+    return '"' + _escaped(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
 
 
 class TextFormatter(LineFormatter):
-    """``time LEVEL logger: message key=value ...`` for a person at a terminal."""
+    """``time LEVEL logger: message key=value ...`` for a person at a terminal.
+
+    One record is one line, whatever its parts hold (:func:`_escaped`); a traceback follows on
+    lines of its own, each indented, so no line that starts at column 0 is anything but a record's
+    own."""
 
     def line(
         self, created: float, level: str, logger: str, message: str, fields: dict[str, Any], error: str | None
     ) -> str:
-        text = f"{_timestamp(created)} {level:<7} {logger}: {message}"
-        pairs = [f"{key}={value}" for key, value in fields.items() if value is not None]
+        text = f"{_timestamp(created)} {level:<7} {logger}: {_escaped(message)}"
+        pairs = [
+            f"{_escaped(str(key))}={_text_value(value)}" for key, value in fields.items() if value is not None
+        ]
         if pairs:
             text += " " + " ".join(pairs)
         if error is not None:
-            text += "\n" + error
+            text += "".join("\n  " + _escaped(part) for part in error.splitlines())
         return text
 
 
