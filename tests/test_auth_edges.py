@@ -503,3 +503,50 @@ def test_a_json_log_line_is_one_line_of_utf_8_whatever_a_value_holds() -> None:
         assert "\n" not in line and "\u2028" not in line
         line.encode("utf-8")
         assert json.loads(line)["principal"] == principal
+
+
+# -- Origin: a loopback page on another port is another origin ----------------------------------------
+
+
+async def _origin_status(anon: httpx.AsyncClient, host: str, origin: str) -> int:
+    response = await anon.get("/healthz", headers={"Host": host, "Origin": origin})
+    if response.status_code == 403:
+        assert "CATALOG_ALLOWED_ORIGINS" in response.json()["detail"]
+    return response.status_code
+
+
+async def test_the_default_origins_allow_the_servers_own_port_not_any_loopback_port_http_2(
+    anon: httpx.AsyncClient,
+) -> None:
+    """HTTP-2 (DNS rebinding, cross-origin pages): the default loopback origins name no port; they
+    allow a page of this server (the Origin's host and port are the request's Host) and one on the
+    default port, never another port of the same host (a development server at localhost:5173 is
+    another origin, possibly hostile)."""
+    cases = [
+        ("localhost:8000", "http://localhost:8000", 200),
+        ("127.0.0.1:8000", "http://127.0.0.1:8000", 200),
+        ("[::1]:8000", "http://[::1]:8000", 200),
+        ("localhost", "http://localhost", 200),
+        ("localhost:8000", "http://localhost:5173", 403),
+        ("localhost:8000", "http://127.0.0.1:8000", 403),
+        ("127.0.0.1:8000", "http://127.0.0.1:9", 403),
+        ("[::1]:8000", "http://[::1]:3000", 403),
+        ("localhost:8000", "https://localhost:8000", 403),
+        ("localhost:8000", "http://evil.example:8000", 403),
+        ("localhost:8000", "null", 403),
+    ]
+    assert [(host, origin, await _origin_status(anon, host, origin)) for host, origin, _ in cases] == cases
+
+
+@pytest.mark.parametrize(
+    "settings", [{"allowed_origins": ["http://localhost:*", "https://app.example:8443"]}], indirect=True
+)
+async def test_an_origin_entry_names_its_ports_explicitly(anon: httpx.AsyncClient) -> None:
+    """``scheme://name:*`` allows any port, an entry with a port that port only."""
+    cases = [
+        ("localhost:8000", "http://localhost:5173", 200),
+        ("localhost:8000", "https://app.example:8443", 200),
+        ("localhost:8000", "https://app.example:9443", 403),
+        ("localhost:8000", "http://127.0.0.1:8000", 403),
+    ]
+    assert [(host, origin, await _origin_status(anon, host, origin)) for host, origin, _ in cases] == cases

@@ -4,9 +4,11 @@ In order, before any route, parser or authentication runs:
 
 1. **Host and Origin** (DNS rebinding, HTTP-2): ``Host`` must be one of ``CATALOG_ALLOWED_HOSTS`` (an
    entry without a port allows any port), else 421; an ``Origin``, when sent, one of
-   ``CATALOG_ALLOWED_ORIGINS``, else 403. The refusal names the setting. Every route: the admin API,
-   the metadata and the probes too, so nothing built from ``Host`` (the canonical resource URI, a
-   challenge's metadata URL) ever comes from a name the operator did not list.
+   ``CATALOG_ALLOWED_ORIGINS``, else 403 (an entry without a port allows the default port and the
+   port of the request's own ``Host``, not any: see :func:`origin_allowed`). The refusal names the
+   setting. Every route: the admin API, the metadata and the probes too, so nothing built from
+   ``Host`` (the canonical resource URI, a challenge's metadata URL) ever comes from a name the
+   operator did not list.
 2. **Request rate** (``catalog.auth.quotas.RateLimiter``): per caller (its bearer credential, else
    its address), 429 with ``Retry-After``; health probes are exempt. A failed authentication is
    charged to the address as well (``quotas.authentication_failed``): once an address has spent
@@ -65,6 +67,25 @@ def allowed(value: str, entries: list[str]) -> bool:
     return bool(sep) and port.isdigit() and (base in entries or f"{base}:*" in entries)
 
 
+def origin_allowed(origin: str, entries: list[str], host: str) -> bool:
+    """Whether a page of ``origin`` may call this server: listed as given; with any port for a
+    ``scheme://name:*`` entry; and for an entry naming no port, with the port of the request's own
+    ``Host`` only, i.e. a page this server served itself (``http://localhost`` lets
+    ``http://localhost:8000`` call ``localhost:8000``). Not any port: another port on the same
+    host is another origin, and can be hostile (a development server on ``localhost:5173`` is not
+    the catalog on ``localhost:8000``); the loopback defaults stay safe without naming the port."""
+    if origin in entries:
+        return True
+    base, sep, port = origin.rpartition(":")
+    if not (sep and port.isdigit()):
+        return False
+    if f"{base}:*" in entries:
+        return True
+    if base not in entries:
+        return False
+    return f"{base.partition('://')[2]}:{port}".lower() == host.lower()
+
+
 def caller_key(scope: Scope, headers: Headers) -> str:
     """Whose budget a request spends: its bearer credential (hashed), else its address."""
     credential = credential_key(headers)
@@ -119,10 +140,11 @@ class EdgeGuard:
             await refusal(path, 421, "Misdirected request", detail)(scope, receive, send)
             return
         origin = headers.get("origin")
-        if origin is not None and not allowed(origin, self.allowed_origins):
+        if origin is not None and not origin_allowed(origin, self.allowed_origins, host):
             detail = (
                 f"Origin {origin[:200]!r} may not call this server: list it in CATALOG_ALLOWED_ORIGINS"
-                " (comma-separated; an entry without a port allows any port)"
+                " (comma-separated; an entry without a port allows only this server's own port,"
+                " 'scheme://name:*' any port)"
             )
             await refusal(path, 403, "Forbidden", detail)(scope, receive, send)
             return
