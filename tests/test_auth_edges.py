@@ -404,6 +404,7 @@ async def test_an_unusable_jwks_answer_is_503_naming_the_key_set_on_both_surface
     jwks_server.mode = mode
     on_admin, on_mcp = await _both_surfaces(anon, tenant, issuer.token(tenant=tenant, scope="catalog:admin"))
     problem = assert_problem(on_admin, 503)
+    assert on_admin.headers["retry-after"] == on_mcp.headers["retry-after"] == "1"
     assert "CATALOG_OAUTH_JWKS" in problem["detail"] and jwks_server.url in problem["detail"]
     assert "database" not in problem["detail"]
     assert on_mcp.status_code == 503 and on_mcp.json()["id"] == 9

@@ -128,8 +128,10 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(CatalogError)
     async def _catalog_error(request: Request, exc: CatalogError) -> JSONResponse:
         challenge = bearer_challenge(request, exc)
-        headers = {"WWW-Authenticate": challenge} if challenge else None
-        return problem_response(exc.status, exc.title, exc.detail, exc.errors, headers)
+        headers = {"WWW-Authenticate": challenge} if challenge else {}
+        if exc.status == 503:  # a dependency (the issuer's key set) is unavailable for now
+            headers["Retry-After"] = "1"
+        return problem_response(exc.status, exc.title, exc.detail, exc.errors, headers or None)
 
     async def _database_error(request: Request, exc: Exception) -> JSONResponse:
         # The database down, restarting or too slow (statement_timeout) is 503 with Retry-After,
