@@ -49,6 +49,16 @@ async def srv(postgres_server: Any, template_database: str, tmp_path: Path) -> A
             yield s
 
 
+@pytest_asyncio.fixture(loop_scope="session")
+async def unrefilled(postgres_server: Any, template_database: str, tmp_path: Path) -> AsyncIterator[Served]:
+    """A burst of 5 and next to no refill: how many requests pass never depends on how long the
+    test took (at 60 a minute, a slow run refilled a request mid-test)."""
+    async with module_database(postgres_server, template_database) as url:
+        settings = mcp_settings(url, tmp_path, rate_limit_per_minute=0.0001, rate_limit_burst=5)
+        async with served(settings) as s:
+            yield s
+
+
 # -- Host and Origin ----------------------------------------------------------------------------------
 
 
@@ -90,7 +100,8 @@ async def test_metadata_never_echoes_an_unlisted_host(srv: Served) -> None:
 
 
 @asynchronous
-async def test_a_caller_over_its_rate_gets_429_with_retry_after_on_both_surfaces(srv: Served) -> None:
+async def test_a_caller_over_its_rate_gets_429_with_retry_after_on_both_surfaces(unrefilled: Served) -> None:
+    srv = unrefilled
     admin = {"Authorization": "Bearer cat_test-platform-admin-token"}
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=10) as http:
         statuses = [(await http.get("/admin/v1/tenants", headers=admin)).status_code for _ in range(8)]
