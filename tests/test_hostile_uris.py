@@ -23,7 +23,7 @@ import pytest
 import pytest_asyncio
 
 from catalog.app import create_app
-from catalog.core.uris import normalize_uri
+from catalog.core.uris import InvalidUri, normalize_uri
 from catalog.events import events_lifespan
 from tests.mcp_helpers import envelope, mcp_settings, modern_headers, module_database, serve
 
@@ -165,6 +165,13 @@ def assert_no_leak(response: httpx.Response) -> None:
     assert '/secret/key.txt"' not in json.dumps(response.json().get("result", {}))
 
 
+def canonical_or_none(uri: str) -> str | None:
+    try:
+        return normalize_uri(uri)
+    except InvalidUri:
+        return None
+
+
 def under_grant(uri: str) -> bool:
     try:
         return normalize_uri(uri).startswith(PUBLIC)
@@ -241,13 +248,29 @@ def test_admin_uri_filters_and_writes_refuse_confusion(http: httpx.Client) -> No
 
 
 def test_listen_subscriptions_never_fire_for_the_secret(http: httpx.Client, srv: dict[str, str]) -> None:
+    """The payloads that are valid URIs are subscribed to (a listen naming any invalid one is
+    refused whole, SUB-3: see the assertion below and tests/test_mcp_audit_fixes.py)."""
     headers = modern_headers("subscriptions/listen")
     headers["Authorization"] = f"Bearer {srv['token']}"
+    valid = [payload for payload in CORPUS if canonical_or_none(payload) is not None]
+    invalid = [payload for payload in CORPUS if canonical_or_none(payload) is None]
+    refused = http.post(
+        "/mcp",
+        json={
+            "jsonrpc": "2.0",
+            "id": "refused",
+            "method": "subscriptions/listen",
+            "params": {"_meta": envelope(), "notifications": {"resourceSubscriptions": [*invalid, README]}},
+        },
+        headers=headers,
+    )
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == -32602, refused.text[:300]
+    assert refused.json()["error"]["data"]["invalidCount"] == len(invalid)
     body = {
         "jsonrpc": "2.0",
         "id": "hostile",
         "method": "subscriptions/listen",
-        "params": {"_meta": envelope(), "notifications": {"resourceSubscriptions": [*CORPUS, README]}},
+        "params": {"_meta": envelope(), "notifications": {"resourceSubscriptions": [*valid, README]}},
     }
     frames: list[Any] = []
     acked, public_seen = threading.Event(), threading.Event()
