@@ -6,15 +6,18 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from catalog.admin.deps import MAX_ID, AdminTenantDep, CatalogDep, Cursor, LimitDep, PrincipalDep
+from catalog.admin.problems import problem_response
 from catalog.core import audit, changes
 from catalog.core.errors import FieldError, InvalidInput
 from catalog.core.schemas import AuditEntryOut, ChangesPage, Page
+from catalog.core.service import Catalog
 
 router = APIRouter(prefix="/tenants/{slug}", tags=["activity"])
 
@@ -61,7 +64,7 @@ async def list_changes(
 
 
 STREAM_IDLE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
-POLL_S = 1.0  # without a live event hub (none in this process), the feed is read this often
+STREAM_RETRY_AFTER_S = 5  # what a refused stream is told, as a refused MCP stream is
 LastEventId = Annotated[
     str | None,
     Header(
@@ -70,12 +73,37 @@ LastEventId = Annotated[
 ]
 
 
+class HeldStream(StreamingResponse):
+    """A streamed response that lets go of what it holds (its stream slot) when it ends, however
+    it ends: served, cancelled, or the client gone before the first byte."""
+
+    def __init__(self, content: AsyncIterator[str], held: contextlib.ExitStack, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._held = held
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with self._held:
+            await super().__call__(scope, receive, send)
+
+
+def change_fanout(request: Request, catalog: Catalog) -> changes.ChangeFanout:
+    """The process's shared change-feed readers (one per app, made on first use)."""
+    fanout: changes.ChangeFanout | None = getattr(request.app.state, "change_fanout", None)
+    if fanout is None or fanout.catalog is not catalog:
+        fanout = request.app.state.change_fanout = changes.ChangeFanout(catalog)
+    return fanout
+
+
 @router.get(
     "/changes/stream",
     response_class=StreamingResponse,
-    responses={200: {"description": "server-sent events", "content": {"text/event-stream": {}}}},
+    responses={
+        200: {"description": "server-sent events", "content": {"text/event-stream": {}}},
+        429: {"description": "too many open streams (per credential, tenant or server); see Retry-After"},
+    },
 )
 async def stream_changes(
+    request: Request,
     tenant: AdminTenantDep,
     catalog: CatalogDep,
     principal: PrincipalDep,
@@ -83,48 +111,46 @@ async def stream_changes(
     after: Annotated[
         int | None, Query(ge=0, le=MAX_ID, description="start after this seq (default: from now on)")
     ] = None,
-) -> StreamingResponse:
+) -> Response:
     """The change feed as server-sent events: one ``change`` event per change, ``id:`` its seq and
     ``data:`` the change as ``/changes`` lists it. Reconnecting with ``Last-Event-ID`` (browsers do
     it by themselves) resumes after that seq, missing nothing; without it or ``after`` the stream
     starts with the next change. Same tenant scoping as ``/changes``. The stream ends when the
-    credential expires or the server stops."""
-    if last_event_id is not None:
-        start = int(last_event_id)
-    elif after is not None:
-        start = after
-    else:
-        start = await changes.latest_seq(catalog, tenant)
-    hub = catalog.event_hub
-    # Subscribed before the first read of the feed, so nothing falls between the two.
-    subscription = hub.subscribe(tenant.id) if hub is not None else None
+    credential expires or the server stops. Open streams count against the same limits as MCP
+    listen streams (per credential, per tenant, per server): beyond them, 429 with Retry-After."""
+    held = contextlib.ExitStack()
+    # The MCP endpoint's stream quotas: one count of a caller's open streams, whichever surface.
+    refused = held.enter_context(request.app.state.mcp.streams.slot(principal))
+    if refused is not None:
+        held.close()
+        return problem_response(
+            429,
+            "Too many streams",
+            f"Too many open streams: {refused}",
+            headers={"Retry-After": str(STREAM_RETRY_AFTER_S)},
+        )
+    try:
+        if last_event_id is not None:
+            start = int(last_event_id)
+        elif after is not None:
+            start = after
+        else:
+            start = await changes.latest_seq(catalog, tenant)
+    except BaseException:
+        held.close()
+        raise
+    fanout = change_fanout(request, catalog)
     credentials = catalog.credential_watch
 
     async def events() -> AsyncIterator[str]:
         # The stream holds its credential: revoked or expired, it ends (as MCP listen streams do).
         with credentials.hold(principal) if credentials is not None else contextlib.nullcontext() as hold:
-            ended = asyncio.ensure_future(hold.ended()) if hold is not None else asyncio.Future()
-
-            async def wait() -> bool | None:
-                waiting = (
-                    asyncio.ensure_future(subscription.next_batch())
-                    if subscription is not None
-                    else asyncio.ensure_future(asyncio.sleep(POLL_S, result=True))
-                )
-                done, _ = await asyncio.wait(
-                    {waiting, ended}, timeout=STREAM_IDLE_S, return_when=asyncio.FIRST_COMPLETED
-                )
-                if ended in done:
-                    waiting.cancel()
-                    return False
-                if waiting not in done:
-                    waiting.cancel()
-                    return None  # idle: a keep-alive comment
-                return waiting.result() is not None
-
+            ended: asyncio.Future[object] = (
+                asyncio.ensure_future(hold.ended()) if hold is not None else asyncio.Future()
+            )
             try:
                 yield f"retry: 1000\n: following {tenant.slug} after {start}\n\n"
-                async for change in changes.follow_changes(catalog, tenant, after=start, wait=wait):
+                async for change in fanout.follow(tenant, after=start, ended=ended, idle=STREAM_IDLE_S):
                     if change is None:
                         yield ": idle\n\n"
                     else:
@@ -132,11 +158,10 @@ async def stream_changes(
                         yield f"id: {change.seq}\nevent: change\ndata: {data}\n\n"
             finally:
                 ended.cancel()
-                if subscription is not None:
-                    subscription.close()
 
-    return StreamingResponse(
+    return HeldStream(
         events(),
+        held,
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
