@@ -705,11 +705,13 @@ async def import_jsonl(
         nonlocal reported
         done = 0
         async for chunk, weight in _prepared(stream, name, catalog.settings.max_blob_bytes, workers):
-            yield [(item.location, item.reason) if isinstance(item, Problem) else item for item in chunk]
+            # Counted before the chunk is handed on: a consumer that stops after the last chunk
+            # (its generator closed at the yield) must not leave that chunk's bytes uncounted.
             done += weight
             if done > reported:
                 on_progress(done - reported)
                 reported = done
+            yield [(item.location, item.reason) if isinstance(item, Problem) else item for item in chunk]
 
     async def write(write_every: int | None) -> BulkResult:
         parsed = chunks()

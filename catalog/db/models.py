@@ -218,9 +218,10 @@ audit_log = Table(
 )
 
 # Written by triggers (see migrations), so a change made from any SQL session is in the feed too.
-# ``seq`` numbers each tenant's changes from a sequence of its own (catalog_next_change_seq,
-# migration 0004): a tenant's feed shows no trace of other tenants' activity. ``tags_before`` and
-# ``tags_after`` are the changed row's tags (null where it did not exist, or for older rows).
+# ``seq`` numbers each tenant's changes from a sequence of its own (migration 0004), given at
+# commit under a per-tenant lock (migration 0011), so the feed grows in commit order; a tenant's
+# feed shows no trace of other tenants' activity. ``tags_before`` and ``tags_after`` are the
+# changed row's tags (null where it did not exist, or for older rows).
 change_feed = Table(
     "change_feed",
     metadata,

@@ -7,10 +7,10 @@ restarted) and a keepalive query every ``keepalive_interval`` seconds that must 
 exponential backoff; after every reconnection it publishes one gap to every subscription of every
 tenant, because whatever committed while nobody listened was never announced.
 
-A reconnection always counts as a gap, even when ``max(seq)`` in the feed did not move: identity
-values are taken at insert and committed in any order, so a transaction holding a lower seq may
-have committed while we were away. ``last_seq`` (highest seen) and the feed's ``max(seq)`` at the
-reconnection are kept for diagnostics and travel as the gap's ``seq``.
+A reconnection always counts as a gap, even when ``max(seq)`` in the feed did not move: a tenant's
+changes are numbered at commit (migration 0011), but a notification sent while we were away is lost
+whatever its number, and the feed's ``max(seq)`` is taken over all tenants. ``last_seq`` (highest
+seen) and the feed's ``max(seq)`` at the reconnection are kept for diagnostics and travel as the gap's ``seq``.
 
 A statement that changed many resources (an import) sends one ``bulk`` notification naming the
 range of feed seqs it wrote (migration 0006). Up to ``BULK_EXPAND`` changes are read back from the
