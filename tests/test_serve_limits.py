@@ -57,6 +57,25 @@ def read_until_closed(sock: socket.socket) -> bytes:
     return received
 
 
+def read_one_response(sock: socket.socket) -> bytes:
+    """One whole response on a kept-alive connection: the head, then ``Content-Length`` bytes.
+
+    The head and the body may arrive in separate segments, so a single ``recv`` can stop short.
+    """
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed mid-response: {received!r}"
+        received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    length = int(re.search(rb"(?im)^content-length:\s*(\d+)\r?$", head + b"\r\n").group(1))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed mid-body: {received!r}"
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
 def refusals(served: Served) -> dict[str, float]:
     """``catalog_connections_refused_total`` by reason, as ``/metrics`` shows it."""
     text = httpx.get(f"{served.base_url}/metrics", timeout=10).text
@@ -147,7 +166,7 @@ def test_connections_beyond_the_per_address_cap_are_refused_while_another_addres
             held = [stack.enter_context(raw(served)) for _ in range(cap)]
             for sock in held:  # each one served, and kept open (keep-alive)
                 sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-                assert sock.recv(65536).startswith(b"HTTP/1.1 200 OK\r\n")
+                assert read_one_response(sock).startswith(b"HTTP/1.1 200 OK\r\n")
             with raw(served) as excess:
                 answer = read_until_closed(excess)
             assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), answer

@@ -334,22 +334,45 @@ async def transaction(engine: AsyncEngine, scope: TenantScope) -> AsyncIterator[
         yield conn
 
 
-class self_scoped_driver:
-    """A pooled connection's asyncpg driver, outside any transaction, for one statement that binds
-    its own scope (a ``catalog_*`` function), on the per-request hot path.
+class _DriverStatements:
+    """A pooled connection's asyncpg driver for a few statements on the per-request hot path,
+    optionally inside a transaction opened by ``begin`` (one simple-query message) and committed on
+    a clean exit. Built by ``self_scoped_driver`` and ``scoped_driver``.
 
-    No transaction, so no BEGIN and COMMIT round trips, and none of SQLAlchemy's per-statement
-    work; and no scope, so any other statement run on it sees no tenant's rows at all. A driver
-    error is not seen by SQLAlchemy's disconnect handling: a connection it closed is dropped at the
-    next checkout (``_refuse_closed_connection``). A class for the reason ``request_connection`` is.
+    A driver error is not seen by SQLAlchemy's disconnect handling: a connection it closed is
+    dropped at the next checkout (``_refuse_closed_connection``). After any error the connection is
+    discarded, its transaction with it. A class for the reason ``request_connection`` is.
     """
 
-    __slots__ = ("_conn", "_engine", "_held", "_pooled")
+    __slots__ = ("_begin", "_conn", "_driver", "_engine", "_held", "_pooled")
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, begin: str | None) -> None:
         self._engine = engine
+        self._begin = begin
 
     async def __aenter__(self) -> asyncpg.Connection:
+        driver = await self._checkout()
+        if self._begin is not None:
+            try:
+                await driver.execute(self._begin)  # no arguments: one simple-query message
+            except BaseException as exc:
+                await self._release(type(exc), exc, exc.__traceback__)
+                raise
+        self._driver = driver
+        return driver
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        if exc_type is None and self._begin is not None:
+            try:
+                await self._driver.execute("COMMIT")
+            except BaseException as failed:
+                await self._release(type(failed), failed, failed.__traceback__)
+                raise
+        await self._release(exc_type, exc, tb)
+
+    async def _checkout(self) -> asyncpg.Connection:
         held = _request_connection.get()
         if held is not None and not held.busy and held.engine is self._engine and held.conn is None:
             raw = held.raw
@@ -374,7 +397,7 @@ class self_scoped_driver:
             raise
         return raw.driver_connection
 
-    async def __aexit__(
+    async def _release(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
     ) -> None:
         # After a failed or cancelled statement the driver's protocol state is unknown (one caught
@@ -395,6 +418,22 @@ class self_scoped_driver:
             await self._pooled.__aexit__(exc_type, exc, tb)
 
 
+def self_scoped_driver(engine: AsyncEngine) -> _DriverStatements:
+    """A pooled connection's driver for one statement that binds its own scope (a ``catalog_*``
+    function): no scope, so any other statement run on it sees no tenant's rows at all.
+
+    Outside any transaction on a direct connection: no BEGIN and COMMIT round trips, and none of
+    SQLAlchemy's per-statement work. Behind a transaction pooler the session's settings
+    (``statement_timeout``, the role) hold only inside a transaction, so there the statement runs
+    in one opened with them (the BEGIN in the same message, a COMMIT round trip more): without it
+    a statement waiting on a lock would wait forever.
+    """
+    session = _POOLER_SESSIONS.get(engine.sync_engine)
+    if session is None:
+        return _DriverStatements(engine, None)
+    return _DriverStatements(engine, "BEGIN; " + _set_local(_session_settings(session), literal=True))
+
+
 async def bind_scope(conn: AsyncConnection, scope: TenantScope) -> None:
     settings = _scope_settings(scope)
     await conn.exec_driver_sql(_set_local(settings), tuple(value for _, value in settings))
@@ -405,44 +444,15 @@ def _quoted(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-class scoped_driver:
+def scoped_driver(engine: AsyncEngine, scope: TenantScope) -> _DriverStatements:
     """A pooled connection's asyncpg driver inside a transaction bound to ``scope`` (what
     ``transaction`` gives through SQLAlchemy), for a few statements on a per-request path
     (``catalog.db.statements``): BEGIN, behind a pooler the session's settings, and the scope go
     in one message, one round trip where SQLAlchemy takes two; COMMIT on a clean exit.
-
-    On any error the connection is discarded (its transaction with it), as ``self_scoped_driver``
-    discards one after a failed statement.
     """
-
-    __slots__ = ("_begin", "_driver", "_inner")
-
-    def __init__(self, engine: AsyncEngine, scope: TenantScope) -> None:
-        statements = ["BEGIN"]
-        session = _POOLER_SESSIONS.get(engine.sync_engine)
-        if session is not None:
-            statements.append(_set_local(_session_settings(session), literal=True))
-        statements.append(_set_local(_scope_settings(scope), literal=True))
-        self._begin = "; ".join(statements)  # no parameters: one simple-query message
-        self._inner = self_scoped_driver(engine)
-
-    async def __aenter__(self) -> asyncpg.Connection:
-        driver = await self._inner.__aenter__()
-        try:
-            await driver.execute(self._begin)  # no arguments: one simple-query message
-        except BaseException as exc:
-            await self._inner.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        self._driver = driver
-        return driver
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
-    ) -> None:
-        if exc_type is None:
-            try:
-                await self._driver.execute("COMMIT")
-            except BaseException as failed:
-                await self._inner.__aexit__(type(failed), failed, failed.__traceback__)
-                raise
-        await self._inner.__aexit__(exc_type, exc, tb)
+    statements = ["BEGIN"]
+    session = _POOLER_SESSIONS.get(engine.sync_engine)
+    if session is not None:
+        statements.append(_set_local(_session_settings(session), literal=True))
+    statements.append(_set_local(_scope_settings(scope), literal=True))
+    return _DriverStatements(engine, "; ".join(statements))
