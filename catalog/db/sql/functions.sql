@@ -402,9 +402,7 @@ FOR EACH ROW EXECUTE FUNCTION catalog_archive_audit();
 -- (ix_resources_text_search, 0005) is used only when a query calls this same function.
 CREATE OR REPLACE FUNCTION catalog_resource_text_vector(body text) RETURNS tsvector
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-SELECT to_tsvector('simple'::regconfig, left(body, 262144))
-$$;
+AS $$ SELECT to_tsvector('simple'::regconfig, left(body, 262144)) $$;
 
 -- The indexed match of the admin listing's q, on the owner's rights for one tenant, and only for
 -- a tenant the calling transaction may see (0007): at most p_limit resource ids, which the listing
