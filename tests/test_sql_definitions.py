@@ -220,3 +220,8 @@ async def test_selectors_the_principal_no_longer_holds_show_nothing(db: asyncpg.
     held_before = (False, ["file:///shared/"], ["file:///shared0"], [], [])
     row = await db.fetchrow(_READ, *standing, SHOWN, *held_before)
     assert row["resource_uri"] is None and row["resource_text"] is None
+
+
+def test_the_sql_definitions_ship_as_package_data() -> None:
+    """pyproject's package-data names catalog/db/sql/*.sql, so an installed wheel has the file."""
+    assert "CREATE OR REPLACE FUNCTION catalog_plain_read(" in sql_text()
