@@ -28,8 +28,9 @@ into SQL, so list, read and templates use the one visibility rule; nothing is fi
 
 :func:`read_plain` is the hot path for the commonest case (a visible text or blob resource, no
 consent, not a directory): authentication, the grants and the row in one statement
-(``catalog_plain_read``, migration 0008), the same visibility rule applied in Python; it answers
-None for everything else, which then takes :func:`read_resource`. :func:`plain_resources_page` is
+(``catalog_plain_read``, ``catalog/db/sql/functions.sql``), which sends the row only when the
+selectors passed show it (those the credential's grants compiled to last time); it answers None
+for everything else, which then takes :func:`read_resource`. :func:`plain_resources_page` is
 :func:`resources_page` with its authentication and grants loaded by that same statement.
 """
 
@@ -250,6 +251,8 @@ async def read_resource(
 
 
 _PLAIN_READ = "SELECT * FROM catalog_plain_read($1, $2, $3, $4, $5)"
+_VISIBLE_READ = "SELECT * FROM catalog_plain_read($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+_NO_SELECTORS = (None, None, None, None, None)
 
 
 @dataclass(frozen=True)
@@ -310,10 +313,11 @@ def standing_of(row: Any, principal: Principal | None) -> tuple[Principal, Visib
 async def plain_standing(
     catalog: Catalog, key: str | None, token: str | None, principal: Principal | None
 ) -> tuple[Principal, Visibility, Any] | None:
-    """``catalog_plain_read`` (migration 0008) for an opaque ``token`` or an authenticated tenant
-    ``principal``: who it is, what it sees (the one visibility rule, on the grants the statement
-    returned) and the row of the resource ``key`` names (none asked for with ``key`` None); None
-    for an unknown, revoked or expired token, or a principal without a tenant."""
+    """``catalog_plain_read`` for an opaque ``token`` or an authenticated tenant ``principal``: who
+    it is, what it sees (the one visibility rule, on the grants the statement returned) and the
+    statement's row. No selectors are passed, so the row never holds a resource, whatever ``key``
+    (:func:`read_plain` passes them). None for an unknown, revoked or expired token, or a principal
+    without a tenant."""
     arguments = standing_arguments(token, principal)
     if arguments is None:
         return None
@@ -332,15 +336,34 @@ async def read_plain(
     an already authenticated tenant ``principal``; None whenever the full path must answer: an
     unknown, revoked or expired token, a refused URI, no visible resource with exactly this URI (a
     template may render it, or the error is the full path's), a directory, a consent message, a
-    resource without content."""
+    resource without content.
+
+    The statement sends the row only when the selectors passed show it (a hidden row costs what a
+    missing one does): those this credential's visibility had last time. When the grants the
+    statement returns compile to other selectors (the credential's first read, its grants changed),
+    it is asked once more with those."""
     try:
         key = normalize_uri(uri)
     except InvalidUri:
         return None
-    found = await plain_standing(catalog, key, token, principal)
-    if found is None:
+    credential = standing_arguments(token, principal)
+    if credential is None:
         return None
-    principal, visibility, row = found
+    guess = catalog.page_visibilities.get(credential)
+    for _ in range(2):
+        selectors = _NO_SELECTORS if guess is None else (guess.everything, *guess.page_selectors())
+        async with self_scoped_driver(catalog.engine) as driver:
+            row = await driver.fetchrow(_VISIBLE_READ, *credential, key, *selectors)
+        standing = standing_of(row, principal)
+        if standing is None:
+            return None
+        reader, visibility = standing
+        if visibility == guess:
+            break
+        remember_visibility(catalog, credential, visibility)
+        guess = visibility
+    else:
+        return None  # the grants changed between the two statements: the full path decides
     if (
         row["resource_uri"] is None
         or row["resource_consent_message"]
@@ -352,10 +375,10 @@ async def read_plain(
     if row["resource_has_blob"]:
         if row["resource_blob"] is None:
             return None
-        return PlainRead(principal, Content(uri, mime_type, blob=bytes(row["resource_blob"])))
+        return PlainRead(reader, Content(uri, mime_type, blob=bytes(row["resource_blob"])))
     if row["resource_text"] is None:
         return None  # no content at all: the full path's empty answer
-    return PlainRead(principal, Content(uri, mime_type, text=row["resource_text"]))
+    return PlainRead(reader, Content(uri, mime_type, text=row["resource_text"]))
 
 
 _PLAIN_PAGE = "SELECT * FROM catalog_plain_page($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
