@@ -24,13 +24,14 @@ from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core import blobs as blob_store
-from catalog.core.audit import AuditEntry, record_audit, record_audits
+from catalog.core.audit import AuditEntry, record_audit
 from catalog.core.cursors import decode_cursor, encode_cursor
 from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound, PreconditionFailed, TooLarge
 from catalog.core.principal import Principal
 from catalog.core.resources import repository as rows
 from catalog.core.resources.record import METADATA_FIELDS, ListingEntry, ListingValues, ResourceRecord
 from catalog.core.resources.repository import NO_FILTER, ListingFilter
+from catalog.core.resources.writer import WRITTEN, Key, apply_rows, staged_row
 from catalog.core.schemas import DIRECTORY_MIME_TYPE, ResourceIn, ResourcePatch, column_values
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
@@ -125,12 +126,6 @@ def _conflict(uri: str) -> Conflict:
     )
 
 
-def _same(old: Any, new: Any) -> bool:
-    if isinstance(old, tuple):
-        old = list(old)
-    return old == new
-
-
 # -- writing --------------------------------------------------------------------------------------
 
 
@@ -139,7 +134,6 @@ async def _insert_values(
 ) -> dict[str, Any]:
     content = await _resolve_content(catalog, conn, tenant.id, body) or NO_CONTENT
     return {
-        "tenant_id": tenant.id,
         **column_values(body, METADATA_FIELDS),
         "text": content.text,
         "blob_sha256": content.blob_sha256,
@@ -147,34 +141,14 @@ async def _insert_values(
     }
 
 
-async def _created(
-    conn: AsyncConnection, principal: Principal, tenant: Tenant, records: Sequence[ResourceRecord]
-) -> None:
-    """The first version and the audit row of new resources."""
-    if not records:
-        return
-    await rows.append_versions(conn, records, principal.label)
-    await record_audits(
-        conn,
-        tenant.id,
-        principal,
-        [
-            AuditEntry(
-                action="resource.create", target_kind="resource", target_id=r.id, uri=r.uri, after=r.digest()
-            )
-            for r in records
-        ],
-    )
-
-
 async def _insert(
     catalog: Catalog, conn: AsyncConnection, principal: Principal, tenant: Tenant, body: ResourceIn
 ) -> ResourceRecord:
-    record = await rows.insert_one(conn, await _insert_values(catalog, conn, tenant, body))
-    if record is None:
+    row = staged_row(await _insert_values(catalog, conn, tenant, body))
+    written = await apply_rows(conn, tenant.id, principal.label, [row], key=Key.NEW)
+    if not written:
         raise _conflict(body.uri)
-    await _created(conn, principal, tenant, [record])
-    return record
+    return written[0]
 
 
 async def _update(
@@ -194,10 +168,6 @@ async def _update(
     content = await _resolve_content(catalog, conn, tenant.id, body, current)
     if content is None and replace_content:
         content = NO_CONTENT
-    content_changed = content is not None and (content.text, content.blob_sha256) != (
-        current.text,
-        current.blob_sha256,
-    )
     if content is not None:
         values.update(text=content.text, blob_sha256=content.blob_sha256, size=content.size)
     check_directory(
@@ -205,31 +175,18 @@ async def _update(
         values.get("text", current.text),
         values.get("blob_sha256", current.blob_sha256),
     )
-    if all(_same(getattr(current, k), v) for k, v in values.items()):
-        return current
     if (
         "uri" in values
         and values["uri"] != current.uri
         and await rows.uri_taken(conn, tenant.id, values["uri"])
     ):
         raise _conflict(values["uri"])
-    record = await rows.update_row(conn, tenant.id, current.id, values, content_changed=content_changed)
-    await rows.append_version(conn, record, principal.label)
-    await record_audit(
-        conn,
-        tenant.id,
-        principal,
-        AuditEntry(
-            action=action,
-            target_kind="resource",
-            target_id=record.id,
-            uri=record.uri,
-            before=current.digest(),
-            after=record.digest(),
-            detail=detail,
-        ),
+    # The whole row as it becomes: the writer's no-op test compares it with the current one.
+    row = staged_row({name: values.get(name, getattr(current, name)) for name in WRITTEN}, replaces=current)
+    written = await apply_rows(
+        conn, tenant.id, principal.label, [row], key=Key.ID, action=action, detail=detail
     )
-    return record
+    return written[0] if written else current
 
 
 async def create_resource(
@@ -283,11 +240,8 @@ async def upsert_many(
             else:
                 fresh[body.uri] = body
         pending = list(fresh.values())
-        inserted: list[ResourceRecord] = []
-        if pending:
-            values = [await _insert_values(catalog, conn, tenant, body) for body in pending]
-            inserted = await rows.insert_many(conn, values)
-        await _created(conn, principal, tenant, inserted)
+        staged = [staged_row(await _insert_values(catalog, conn, tenant, body)) for body in pending]
+        inserted = await apply_rows(conn, tenant.id, principal.label, staged, key=Key.NEW)
         created += len(inserted)
         current.update((record.uri, record) for record in inserted)
         # A URI a concurrent writer created since the lock query: replace it, before later bodies.
