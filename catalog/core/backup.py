@@ -59,10 +59,8 @@ from datetime import UTC, datetime
 from typing import IO, Annotated, Any
 
 from pydantic import Field, ValidationError, model_validator
-from sqlalchemy import bindparam, func, insert, select, text
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import func, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.types import DateTime, Integer, Text
 
 from catalog.core.audit import AuditEntry, record_audit
 from catalog.core.errors import CatalogError, InvalidInput
@@ -71,6 +69,7 @@ from catalog.core.principal import Principal
 from catalog.core.resources import METADATA_FIELDS as RESOURCE_FIELDS
 from catalog.core.resources import record_from_row
 from catalog.core.resources.service import text_size
+from catalog.core.resources.writer import PastVersion, restore_versions
 from catalog.core.schemas import (
     AwareDatetime,
     GrantIn,
@@ -775,48 +774,26 @@ async def _write_resources(conn: AsyncConnection, tenant: Tenant, items: list[_R
     return len(rows)
 
 
-# Versions name their resource by URI; the new resource ids are looked up in the same statement.
-_INSERT_VERSIONS = text(
-    "INSERT INTO resource_versions"
-    " (tenant_id, resource_id, version, uri, snapshot, text, blob_sha256, changed_by, changed_at)"
-    " SELECT r.tenant_id, r.id, v.version, v.uri, v.snapshot::jsonb, v.text, v.blob_sha256,"
-    " v.changed_by, v.changed_at"
-    " FROM unnest(:resource_uri, :version, :uri, :snapshot, :text, :blob_sha256, :changed_by, :changed_at)"
-    " AS v(resource_uri, version, uri, snapshot, text, blob_sha256, changed_by, changed_at)"
-    " JOIN resources r ON r.tenant_id = :tenant_id AND r.uri = v.resource_uri"
-).bindparams(
-    *(
-        bindparam(name, type_=ARRAY(kind))
-        for name, kind in (
-            ("resource_uri", Text()),
-            ("version", Integer()),
-            ("uri", Text()),
-            ("snapshot", Text()),
-            ("text", Text()),
-            ("blob_sha256", Text()),
-            ("changed_by", Text()),
-            ("changed_at", DateTime(timezone=True)),
-        )
-    )
-)
-
-
 async def _write_versions(conn: AsyncConnection, tenant: Tenant, items: list[_VersionLine]) -> int:
-    result = await conn.execute(
-        _INSERT_VERSIONS,
-        {
-            "tenant_id": tenant.id,
-            "resource_uri": [item.resource_uri for item in items],
-            "version": [item.version for item in items],
-            "uri": [item.uri for item in items],
-            "snapshot": [json.dumps(item.snapshot) for item in items],
-            "text": [item.text for item in items],
-            "blob_sha256": [item.blob_sha256 for item in items],
-            "changed_by": [item.changed_by for item in items],
-            "changed_at": [item.changed_at for item in items],
-        },
+    # Through the owner of the version row: the same columns every write's versions fill.
+    written = await restore_versions(
+        conn,
+        tenant.id,
+        [
+            PastVersion(
+                resource_uri=item.resource_uri,
+                version=item.version,
+                uri=item.uri,
+                snapshot=item.snapshot,
+                text=item.text,
+                blob_sha256=item.blob_sha256,
+                changed_by=item.changed_by,
+                changed_at=item.changed_at,
+            )
+            for item in items
+        ],
     )
-    if result.rowcount != len(items):
+    if written != len(items):
         raise BadBackup("a version names a resource URI that is not in the backup")
     return len(items)
 
