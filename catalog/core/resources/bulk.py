@@ -8,8 +8,9 @@ or changed row, its version, its audit row; the change-feed rows by the statemen
    and turned into the row it becomes, with the snapshot its version keeps and its audit digest;
 2. the rows are COPYed into a temporary staging table (``ON COMMIT DROP``);
 3. the existing rows a body changes are read once (locked, in URI order) for their digests before;
-4. one ``INSERT ... SELECT ... ON CONFLICT (tenant_id, uri) DO UPDATE ... WHERE <something differs>``
-   writes every new and changed row, and the same statement appends their versions and audit rows.
+4. the writer's one statement (:func:`catalog.core.resources.writer.apply_sql`, the statement of
+   every resource write) upserts every new and changed row by URI, and appends their versions and
+   audit rows.
 
 Into a tenant with no resources yet (a first load, the large case), steps 2 and 4 repeat every
 ``write_every`` URIs within the transaction, so that the database writes while the caller parses
