@@ -68,8 +68,8 @@ from catalog.core.jsonlines import BadJson, max_line_bytes, parse_json, read_lin
 from catalog.core.principal import Principal
 from catalog.core.resources import METADATA_FIELDS as RESOURCE_FIELDS
 from catalog.core.resources import record_from_row
-from catalog.core.resources.service import text_size
 from catalog.core.resources.writer import PastVersion, restore_versions
+from catalog.core.resources.writes import text_size
 from catalog.core.schemas import (
     AwareDatetime,
     GrantIn,

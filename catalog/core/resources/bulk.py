@@ -1,6 +1,6 @@
 """Set-based upsert of many resources in one transaction (``catalog import`` of a JSONL file).
 
-The same writes as :func:`~catalog.core.resources.service.upsert_resource` body by body -- the new
+The same writes as :func:`~catalog.core.resources.writes.upsert_resource` body by body -- the new
 or changed row, its version, its audit row; the change-feed rows by the statement-level triggers
 (migration 0006) -- done by the database a statement at a time instead of a row at a time:
 
@@ -36,8 +36,8 @@ from typing import Any
 from catalog.core import blobs as blob_store
 from catalog.core.principal import Principal
 from catalog.core.resources.record import METADATA_FIELDS, content_digest, snapshot_of
-from catalog.core.resources.service import check_directory, no_such_blob, text_size
 from catalog.core.resources.writer import Key, apply_sql, differs
+from catalog.core.resources.writes import check_directory, no_such_blob, text_size
 from catalog.core.schemas import ResourceIn, column_values
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant

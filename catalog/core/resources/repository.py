@@ -1,8 +1,10 @@
-"""The resource domain's queries: every statement on ``resources`` and ``resource_versions``.
+"""The resource domain's queries: the reads of ``resources`` and ``resource_versions`` (what writes a
+row is the writer's one statement, :mod:`catalog.core.resources.writer`), and deletion.
 
 No rules live here (what may be written, when a write is a conflict, what a caller may see): the
-service (:mod:`catalog.core.resources.service`) decides and calls these; visibility comes in as a
-:class:`~catalog.core.visibility.Visibility` that turns itself into SQL.
+rule modules (:mod:`.writes`, :mod:`.listing`, :mod:`.tree`, :mod:`.history`) decide and call
+these; visibility comes in as a :class:`~catalog.core.visibility.Visibility` that turns itself into
+SQL.
 """
 
 from __future__ import annotations
@@ -203,7 +205,7 @@ def listing_clause(
     """The rows a listing may show: the visibility rule, then the caller's filters.
 
     ``query`` matches the metadata; with ``text_tier`` it instead matches the text of resources
-    whose metadata does not match (the second tier of a search, see ``service.list_page``).
+    whose metadata does not match (the second tier of a search, see ``listing.list_page``).
     ``candidates``, the ids :func:`search_candidates` found for that match, narrow the scan to
     them (the match itself is still applied)."""
     clauses = [visibility.resources_clause(resources)]
