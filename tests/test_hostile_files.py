@@ -24,7 +24,8 @@ import asyncpg
 import pytest
 
 from catalog.bootstrap import open_catalog
-from catalog.core.backup import BadBackup, restore_backup
+from catalog.core.backup.format import BadBackup
+from catalog.core.backup.restore import restore_backup
 from catalog.core.jsonlines import max_line_bytes
 from catalog.core.principal import Principal
 from catalog.core.transfer import DirectorySource, Item, Problem, jsonl_items
