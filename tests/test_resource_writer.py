@@ -21,12 +21,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from catalog.core import transfer
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_resource
 from catalog.core.schemas import ResourceIn
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant, create_tenant
+from catalog.core.transfer.importer import import_jsonl
 from catalog.db.engine import create_engine
 from catalog.settings import Settings
 
@@ -120,7 +120,7 @@ async def test_upserts_one_by_one_and_imported_in_bulk_leave_identical_rows(
         for body in batch:
             await upsert_resource(catalog, PRINCIPAL, single, ResourceIn.model_validate(body))
         stream = io.BytesIO(b"".join(json.dumps(body).encode() + b"\n" for body in batch))
-        report = await transfer.import_jsonl(catalog, PRINCIPAL, bulk, stream, "batch.jsonl")
+        report = await import_jsonl(catalog, PRINCIPAL, bulk, stream, "batch.jsonl")
         assert report.failed == []
 
     one_by_one, imported = await state(db, single), await state(db, bulk)

@@ -155,7 +155,7 @@ class VersionLine(Model):
         try:
             described = ResourceFields.model_validate(fields)
         except ValidationError as exc:
-            from catalog.core.transfer import validation_reason
+            from catalog.core.transfer.items import validation_reason
 
             raise ValueError(f"snapshot: {validation_reason(exc)}") from None
         if described.uri != self.uri:

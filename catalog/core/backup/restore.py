@@ -106,7 +106,7 @@ class _Reader:
         try:
             return model.model_validate({k: v for k, v in line.items() if k != "kind"})
         except ValidationError as exc:
-            from catalog.core.transfer import validation_reason
+            from catalog.core.transfer.items import validation_reason
 
             raise self.bad(f"invalid {line['kind']}: {validation_reason(exc)}") from None
 
