@@ -271,17 +271,11 @@ async def apply_rows(
     among them)."""
     if not rows:
         return []
-    driver = (await conn.get_raw_connection()).driver_connection
-    assert driver is not None
+    # Through SQLAlchemy (``$n`` parameters pass as they are): a refusal surfaces as the same
+    # ``IntegrityError`` or ``DataError`` as any other statement of the transaction.
     statement = apply_sql(ROWS_SOURCE, key=key, before=ROWS_BEFORE, returning=True)
-    found = await driver.fetch(
-        statement,
-        tenant_id,
-        changed_by,
-        action,
-        None if detail is None else _json(detail),
-        *_row_arguments(rows),
-    )
+    arguments = (action, None if detail is None else _json(detail), *_row_arguments(rows))
+    found = (await conn.exec_driver_sql(statement, (tenant_id, changed_by, *arguments))).all()
     return from_rows(ResourceRecord, found)
 
 
@@ -316,18 +310,18 @@ _RESTORE_VERSIONS = version_insert(
 async def restore_versions(conn: AsyncConnection, tenant_id: int, versions: Sequence[PastVersion]) -> int:
     """Write ``versions`` as they were; how many named a resource of the tenant (the others are
     not written)."""
-    driver = (await conn.get_raw_connection()).driver_connection
-    assert driver is not None
-    status = await driver.execute(
+    result = await conn.exec_driver_sql(
         _RESTORE_VERSIONS,
-        tenant_id,
-        [v.resource_uri for v in versions],
-        [v.version for v in versions],
-        [v.uri for v in versions],
-        [_json(v.snapshot) for v in versions],
-        [v.text for v in versions],
-        [v.blob_sha256 for v in versions],
-        [v.changed_by for v in versions],
-        [v.changed_at for v in versions],
+        (
+            tenant_id,
+            [v.resource_uri for v in versions],
+            [v.version for v in versions],
+            [v.uri for v in versions],
+            [_json(v.snapshot) for v in versions],
+            [v.text for v in versions],
+            [v.blob_sha256 for v in versions],
+            [v.changed_by for v in versions],
+            [v.changed_at for v in versions],
+        ),
     )
-    return int(status.split()[-1])  # "INSERT 0 <rows>"
+    return result.rowcount
