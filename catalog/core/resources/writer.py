@@ -1,7 +1,8 @@
 """The one way a resource row is written, and the one owner of the version row.
 
-:func:`apply_sql` builds the statement every resource write runs -- a single write of the admin
-API or the MCP side, a batch of a directory import, the staged rows of a JSONL import. It applies
+:func:`apply_sql` builds the statement every resource write runs -- a single write (create,
+upsert, patch, restore of a version), a batch of a directory import, the staged rows of a JSONL
+import. It applies
 rows (one, or many) and, in the same statement:
 
 - the no-op test: a row identical to the current one in every written column is not written (no
@@ -10,9 +11,11 @@ rows (one, or many) and, in the same statement:
 - the version row (:data:`VERSION_COLUMNS`, the snapshot the row keeps in its history);
 - the audit row (``resource.create``, or the caller's action for an update, with its digests).
 
-The change-feed rows and the NOTIFY follow from the database's statement-level triggers.
+The change-feed rows and the NOTIFY follow from the database's statement-level triggers. A delete
+is no write of a row: :func:`~catalog.core.resources.writes.delete_resource` deletes it and audits
+that.
 
-The rows come from a *source*: the COPY staging table of an import, or :func:`rows_source`, the
+The rows come from a *source*: the COPY staging table of an import, or :data:`ROWS_SOURCE`, the
 rows a caller has in hand bound as one array per column (one row or many: the same statement).
 Each row carries what it becomes (:data:`WRITTEN`), the snapshot its version keeps and its audit
 digest after (:func:`staged_row`: the record's own rules, :func:`snapshot_of` and
