@@ -215,9 +215,9 @@ async def upsert_many(
     """Upsert a batch in one transaction (for imports); returns (created, updated, unchanged).
 
     The same writes as :func:`upsert_resource` body by body, in fewer round trips: one query locks
-    the batch's existing rows, the new URIs are inserted (with their versions and audit rows) a few
-    statements for the whole batch, and only bodies that change an existing row are written one by
-    one. Several bodies for one URI apply in order, the last one winning.
+    the batch's existing rows, one statement of the writer inserts the new URIs (with their
+    versions and audit rows), and only bodies that change an existing row are written one by one.
+    Several bodies for one URI apply in order, the last one winning.
     """
     created = updated = unchanged = 0
     async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
