@@ -2,9 +2,9 @@
 statement (``catalog.core.resources.writer``), so the same upserts leave the same rows.
 
 A property: random batches of upserts, applied one body at a time through the single-write path
-(``upsert_resource``, as the admin API's PUT) into one tenant and a batch at a time through the
-JSONL import (``import_jsonl``) into another, leave identical resources, versions, audit rows and
-change-feed rows -- ids, tenants and timestamps aside. A body identical to the current row changes
+(``upsert_resource``, as the admin API's PUT) into one tenant, a batch at a time through the
+JSONL import (``import_jsonl``) into another and through a directory import's batch write
+(``upsert_many``) into a third, leave identical resources, versions, audit rows and change-feed rows -- ids, tenants and timestamps aside. A body identical to the current row changes
 nothing on either path (the no-op test), so repeated batches make no versions.
 """
 
@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from catalog.core.principal import Principal
-from catalog.core.resources import upsert_resource
+from catalog.core.resources import upsert_many, upsert_resource
 from catalog.core.schemas import ResourceIn
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant, create_tenant
@@ -110,21 +110,24 @@ async def state(db: asyncpg.Connection, tenant: Tenant) -> dict[str, Any]:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(batches=st.lists(BATCH, min_size=1, max_size=4))
-async def test_upserts_one_by_one_and_imported_in_bulk_leave_identical_rows(
+async def test_upserts_one_by_one_imported_in_bulk_or_in_batches_leave_identical_rows(
     catalog: Catalog, db: asyncpg.Connection, batches: list[tuple[dict[str, Any], ...]]
 ) -> None:
     n = next(SLUGS)
     single = await create_tenant(catalog, f"single{n}")
     bulk = await create_tenant(catalog, f"bulk{n}")
+    batched = await create_tenant(catalog, f"batched{n}")
     for batch in batches:
         for body in batch:
             await upsert_resource(catalog, PRINCIPAL, single, ResourceIn.model_validate(body))
         stream = io.BytesIO(b"".join(json.dumps(body).encode() + b"\n" for body in batch))
         report = await import_jsonl(catalog, PRINCIPAL, bulk, stream, "batch.jsonl")
         assert report.failed == []
+        await upsert_many(catalog, PRINCIPAL, batched, [ResourceIn.model_validate(body) for body in batch])
 
     one_by_one, imported = await state(db, single), await state(db, bulk)
     assert imported == one_by_one
+    assert await state(db, batched) == one_by_one
     # Every change left a version and an audit row; a body identical to the current row, neither.
     assert len(one_by_one["versions"]) == len(one_by_one["audit"]) == len(one_by_one["feed"])
     assert sum(row["version"] for row in one_by_one["resources"]) == len(one_by_one["versions"])
