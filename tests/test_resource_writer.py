@@ -4,8 +4,9 @@ statement (``catalog.core.resources.writer``), so the same upserts leave the sam
 A property: random batches of upserts, applied one body at a time through the single-write path
 (``upsert_resource``, as the admin API's PUT) into one tenant, a batch at a time through the
 JSONL import (``import_jsonl``) into another and through a directory import's batch write
-(``upsert_many``) into a third, leave identical resources, versions, audit rows and change-feed rows -- ids, tenants and timestamps aside. A body identical to the current row changes
-nothing on either path (the no-op test), so repeated batches make no versions.
+(``upsert_many``) into a third, leave identical resources, versions, audit rows and change-feed
+rows -- ids, tenants and timestamps aside. A body identical to the current row changes nothing on
+any path (the no-op test), so repeated batches make no versions.
 """
 
 from __future__ import annotations
