@@ -219,9 +219,9 @@ async def test_search_answers_alike_through_its_candidates_or_the_scan(
 ) -> None:
     """A search narrows each tier to the ids the indexes found when they are few (``RARE_MATCHES``),
     and scans in URI order otherwise: the pages are the same either way, across both tiers."""
-    from catalog.core.resources import service
+    from catalog.core.resources import search
 
-    monkeypatch.setattr(service, "RARE_MATCHES", rare)
+    monkeypatch.setattr(search, "RARE_MATCHES", rare)
     for i in range(3):
         await create_resource(client, tenant, uri=f"file:///meta/delta{i}", name=f"delta{i}", text="x")
         await create_resource(client, tenant, uri=f"file:///body/{i}", name=f"n{i}", text="a delta here")

@@ -23,7 +23,9 @@ import asyncpg
 import pytest
 
 from catalog.bootstrap import open_catalog
-from catalog.core import backup as core_backup
+from catalog.core.backup import dump as backup_dump
+from catalog.core.backup import restore as backup_restore
+from catalog.core.backup.format import CHUNK
 from catalog.core.principal import Principal
 from catalog.core.resources import patch_resource
 from catalog.core.schemas import ResourcePatch
@@ -169,7 +171,7 @@ def test_a_backup_of_the_restored_tenant_equals_the_original(cli: Run, sql: Sql,
     }
     assert again[0]["tenant"]["name"] == "Origin Inc"
     kinds = [line["kind"] for line in original]
-    assert kinds.count("chunk") == 2 * -(-len(PNG) // core_backup.CHUNK)
+    assert kinds.count("chunk") == 2 * -(-len(PNG) // CHUNK)
     history = [
         (line["resourceUri"], line["version"], line["uri"]) for line in original if line["kind"] == "version"
     ]
@@ -340,7 +342,7 @@ def test_backup_and_restore_hold_a_bounded_amount_of_memory(
 ) -> None:
     """Constant memory: 48 MB of content through both directions, while what is held is bounded by
     a cursor's fetch (backup) and a restore batch (here 100 rows), not by the tenant."""
-    monkeypatch.setattr(core_backup, "BATCH_ROWS", 100)
+    monkeypatch.setattr(backup_restore, "BATCH_ROWS", 100)
     text = "x" * 12_000
     cli("tenant", "create", "origin")
     source = [{"uri": f"test://big/{i:05d}", "name": "b", "text": text + str(i)} for i in range(2000)]
@@ -352,14 +354,14 @@ def test_backup_and_restore_hold_a_bounded_amount_of_memory(
         async with open_catalog(settings, pool_size=2) as catalog:
             tenant = await get_tenant(catalog, "origin")
             with gzip.open(path, "wb") as out:  # a first run, so imports and caches are not counted
-                await core_backup.write_backup(catalog, tenant, out)
+                await backup_dump.write_backup(catalog, tenant, out)
             tracemalloc.start()
             with gzip.open(path, "wb") as out:
-                await core_backup.write_backup(catalog, tenant, out)
+                await backup_dump.write_backup(catalog, tenant, out)
             written = tracemalloc.get_traced_memory()[1]
             tracemalloc.reset_peak()
             with gzip.open(path, "rb") as stream:
-                await core_backup.restore_backup(catalog, Principal.system("test"), "copy", stream)
+                await backup_restore.restore_backup(catalog, Principal.system("test"), "copy", stream)
             read = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
             return written, read

@@ -24,10 +24,13 @@ import asyncpg
 import pytest
 
 from catalog.bootstrap import open_catalog
-from catalog.core.backup import BadBackup, restore_backup
+from catalog.core.backup.format import BadBackup
+from catalog.core.backup.restore import restore_backup
 from catalog.core.jsonlines import max_line_bytes
 from catalog.core.principal import Principal
-from catalog.core.transfer import DirectorySource, Item, Problem, jsonl_items
+from catalog.core.transfer.directory import DirectorySource
+from catalog.core.transfer.items import Item, Problem
+from catalog.core.transfer.jsonl import jsonl_items
 from catalog.settings import get_settings
 
 from .conftest import Run

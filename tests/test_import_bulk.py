@@ -26,11 +26,11 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated
 
-from catalog.core import transfer
 from catalog.core.principal import Principal
 from catalog.core.resources import ResourceRecord, bulk, record_from_row
 from catalog.core.service import Catalog
 from catalog.core.tenants import create_tenant
+from catalog.core.transfer import importer
 from catalog.db.engine import create_engine
 from catalog.events.listener import BULK_EXPAND, listener_dsn
 from catalog.settings import Settings
@@ -235,8 +235,8 @@ def write_statements(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         counts.append(count)
         await real(raw, tenant, principal, count, *args, **kwargs)
 
-    monkeypatch.setattr(transfer, "CHUNK_SIZE", 2)
-    monkeypatch.setattr(transfer, "WRITE_EVERY", 2)
+    monkeypatch.setattr(importer, "CHUNK_SIZE", 2)
+    monkeypatch.setattr(importer, "WRITE_EVERY", 2)
     monkeypatch.setattr(bulk, "_write_staged", counted)
     return counts
 
@@ -346,8 +346,8 @@ def test_a_resource_another_writer_adds_meanwhile_makes_the_import_start_over_wi
         writes.append(fresh)
         await real(*args, fresh=fresh)
 
-    monkeypatch.setattr(transfer, "CHUNK_SIZE", 2)
-    monkeypatch.setattr(transfer, "WRITE_EVERY", 2)
+    monkeypatch.setattr(importer, "CHUNK_SIZE", 2)
+    monkeypatch.setattr(importer, "WRITE_EVERY", 2)
     monkeypatch.setattr(bulk, "_write_staged", meanwhile)
     lines = [{"uri": f"test://w/{i}", "name": f"w{i}", "text": "ours"} for i in range(3)]
     cli("tenant", "create", "acme")
@@ -370,8 +370,8 @@ def test_a_resource_another_writer_adds_meanwhile_makes_the_import_start_over_wi
 async def test_progress_counts_each_byte_once_when_the_import_starts_over(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(transfer, "CHUNK_SIZE", 1)
-    monkeypatch.setattr(transfer, "WRITE_EVERY", 1)
+    monkeypatch.setattr(importer, "CHUNK_SIZE", 1)
+    monkeypatch.setattr(importer, "WRITE_EVERY", 1)
     data = b"".join(
         json.dumps(line).encode() + b"\n"
         for line in (
@@ -387,7 +387,7 @@ async def test_progress_counts_each_byte_once_when_the_import_starts_over(
         tenant = await create_tenant(catalog, "acme", "Acme")
         stream = io.BytesIO(b"\n" + data)  # read from where the stream stands, not from its start
         stream.readline()
-        report = await transfer.import_jsonl(
+        report = await importer.import_jsonl(
             catalog, Principal.system("import"), tenant, stream, "in.jsonl", on_progress=progress.append
         )
     finally:

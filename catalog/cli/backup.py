@@ -70,7 +70,7 @@ def _output(file: str) -> Iterator[IO[bytes]]:
 async def _backup(catalog: Catalog, args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from catalog.core.backup import backup_size, write_backup
+    from catalog.core.backup.dump import backup_size, write_backup
     from catalog.core.tenants import get_tenant
 
     tenant = await get_tenant(catalog, args.tenant)
@@ -124,7 +124,7 @@ def _input(file: str) -> Iterator[tuple[IO[bytes], IO[bytes], int | None]]:
 async def _restore(catalog: Catalog, args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from catalog.core.backup import restore_backup
+    from catalog.core.backup.restore import restore_backup
     from catalog.core.principal import Principal
 
     with (

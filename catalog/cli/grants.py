@@ -62,7 +62,7 @@ async def _add(catalog: Catalog, args: argparse.Namespace) -> int:
     from catalog.core.principal import Principal
     from catalog.core.schemas import GrantIn
     from catalog.core.tenants import get_tenant
-    from catalog.core.transfer import validation_reason
+    from catalog.core.transfer.items import validation_reason
 
     tenant = await get_tenant(catalog, args.tenant)
     try:

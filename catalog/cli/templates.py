@@ -75,7 +75,7 @@ async def _add(catalog: Catalog, args: argparse.Namespace) -> int:
     from catalog.core.schemas import TemplateIn
     from catalog.core.templates import create_template
     from catalog.core.tenants import get_tenant
-    from catalog.core.transfer import validation_reason
+    from catalog.core.transfer.items import validation_reason
 
     body = _body(args)  # a missing --text-file fails before the database is asked anything
     tenant = await get_tenant(catalog, args.tenant)

@@ -57,7 +57,7 @@ async def _create(catalog: Catalog, args: argparse.Namespace) -> int:
     from catalog.core.schemas import TokenIn
     from catalog.core.tenants import get_tenant
     from catalog.core.tokens import create_token
-    from catalog.core.transfer import validation_reason
+    from catalog.core.transfer.items import validation_reason
 
     if args.expires_in is not None and not args.expires_in > 0:
         raise ConfigError("--expires-in must be a positive number of days")

@@ -20,7 +20,7 @@ from catalog.settings import ConfigError, get_settings
 
 if TYPE_CHECKING:
     from catalog.core.service import Catalog
-    from catalog.core.transfer import Item, Problem
+    from catalog.core.transfer.items import Item, Problem
 
 
 def add_commands(commands: Commands) -> None:
@@ -81,7 +81,7 @@ class _Source:
 
 
 def _directory_options(args: argparse.Namespace) -> tuple[str, list[str]]:
-    from catalog.core.transfer import DEFAULT_BASE, import_base
+    from catalog.core.transfer.directory import DEFAULT_BASE, import_base
     from catalog.core.uris import InvalidUri
 
     base = DEFAULT_BASE
@@ -103,7 +103,8 @@ def _directory_options(args: argparse.Namespace) -> tuple[str, list[str]]:
 
 def _open_source(args: argparse.Namespace, stack: contextlib.ExitStack) -> _Source:
     """What to import, found before the database is touched (a wrong PATH fails fast)."""
-    from catalog.core.transfer import DirectorySource, ignore_rules, jsonl_items
+    from catalog.core.transfer.directory import DirectorySource, ignore_rules
+    from catalog.core.transfer.jsonl import jsonl_items
 
     path = Path(args.path)
     if path.is_dir():
@@ -150,7 +151,13 @@ async def _import(catalog: Catalog, args: argparse.Namespace) -> int:
 
     from catalog.core.principal import Principal
     from catalog.core.tenants import get_tenant
-    from catalog.core.transfer import BATCH_SIZE, PARALLEL_BYTES, PARSE_WORKERS, import_items, import_jsonl
+    from catalog.core.transfer.importer import (
+        BATCH_SIZE,
+        PARALLEL_BYTES,
+        PARSE_WORKERS,
+        import_items,
+        import_jsonl,
+    )
     from catalog.runtime import settle_garbage_collector
 
     settle_garbage_collector()  # an import allocates and drops millions of objects
@@ -212,7 +219,7 @@ async def _import(catalog: Catalog, args: argparse.Namespace) -> int:
 async def _export(catalog: Catalog, args: argparse.Namespace) -> int:
     from catalog.core.principal import Principal
     from catalog.core.tenants import get_tenant
-    from catalog.core.transfer import export_lines
+    from catalog.core.transfer.exporter import export_lines
 
     tenant = await get_tenant(catalog, args.tenant)
     out = sys.stdout

@@ -1,6 +1,11 @@
-"""Resources: the record (:mod:`.record`), the queries (:mod:`.repository`) and the rules
-(:mod:`.service`). Callers import from here."""
+"""Resources: the record (:mod:`.record`), the queries (:mod:`.repository`), the one statement
+that writes rows (:mod:`.writer`), and the rules: writes (:mod:`.writes`, :mod:`.bulk` for an
+import), listings (:mod:`.listing`, :mod:`.paging`, :mod:`.search`), the URI tree (:mod:`.tree`)
+and history (:mod:`.history`). Callers import from here."""
 
+from catalog.core.resources.history import get_version, list_versions, restore_version
+from catalog.core.resources.listing import get_resource, list_page, list_resources, listed_page, visible_page
+from catalog.core.resources.paging import DEFAULT_PAGE, MAX_PAGE, cursor_after, page_start
 from catalog.core.resources.record import (
     LISTING_ENTRY_FIELDS,
     METADATA_FIELDS,
@@ -17,27 +22,13 @@ from catalog.core.resources.repository import (
     ListingFilter,
     listing_clause,
 )
-from catalog.core.resources.service import (
-    DEFAULT_PAGE,
-    MAX_PAGE,
-    TreeEntry,
+from catalog.core.resources.tree import TreeEntry, folder_of, tree_page
+from catalog.core.resources.writes import (
     create_resource,
-    cursor_after,
     delete_resource,
-    folder_of,
-    get_resource,
-    get_version,
-    list_page,
-    list_resources,
-    list_versions,
-    listed_page,
-    page_start,
     patch_resource,
-    restore_version,
-    tree_page,
     upsert_many,
     upsert_resource,
-    visible_page,
 )
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Set-based upsert of many resources in one transaction (``catalog import`` of a JSONL file).
 
-The same writes as :func:`~catalog.core.resources.service.upsert_resource` body by body -- the new
+The same writes as :func:`~catalog.core.resources.writes.upsert_resource` body by body -- the new
 or changed row, its version, its audit row; the change-feed rows by the statement-level triggers
 (migration 0006) -- done by the database a statement at a time instead of a row at a time:
 
@@ -8,8 +8,9 @@ or changed row, its version, its audit row; the change-feed rows by the statemen
    and turned into the row it becomes, with the snapshot its version keeps and its audit digest;
 2. the rows are COPYed into a temporary staging table (``ON COMMIT DROP``);
 3. the existing rows a body changes are read once (locked, in URI order) for their digests before;
-4. one ``INSERT ... SELECT ... ON CONFLICT (tenant_id, uri) DO UPDATE ... WHERE <something differs>``
-   writes every new and changed row, and the same statement appends their versions and audit rows.
+4. the writer's one statement (:func:`catalog.core.resources.writer.apply_sql`, the statement of
+   every resource write) upserts every new and changed row by URI, and appends their versions and
+   audit rows.
 
 Into a tenant with no resources yet (a first load, the large case), steps 2 and 4 repeat every
 ``write_every`` URIs within the transaction, so that the database writes while the caller parses
@@ -35,7 +36,8 @@ from typing import Any
 from catalog.core import blobs as blob_store
 from catalog.core.principal import Principal
 from catalog.core.resources.record import METADATA_FIELDS, content_digest, snapshot_of
-from catalog.core.resources.service import check_directory, no_such_blob, text_size
+from catalog.core.resources.writer import Key, apply_sql, differs
+from catalog.core.resources.writes import check_directory, no_such_blob, text_size
 from catalog.core.schemas import ResourceIn, column_values
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
@@ -49,10 +51,6 @@ _NO_TIMEOUT = 7 * 24 * 3600.0
 # Staging columns, in COPY order: a resource's metadata (the record's own list), its content, and
 # what the version and the audit entry keep of it.
 STAGING_COLUMNS = ("line", *METADATA_FIELDS, "text", "blob_sha256", "size", "snapshot", "digest")
-# What an update compares (a line that changes none of it writes nothing).
-_COMPARED = (*METADATA_FIELDS[1:], "text", "blob_sha256", "size")
-_WRITTEN = ("uri", *_COMPARED)
-
 _CREATE_STAGING = f"""
 CREATE TEMP TABLE {STAGING} (
     line bigint NOT NULL, uri text COLLATE "C" NOT NULL, name text NOT NULL, title text,
@@ -63,11 +61,6 @@ CREATE TEMP TABLE {STAGING} (
 """
 _CREATE_BEFORE = f"CREATE TEMP TABLE {BEFORE} (id bigint PRIMARY KEY, digest text) ON COMMIT DROP"
 
-_DIFFERS = (
-    "(" + ", ".join(f"r.{c}" for c in _COMPARED) + ") IS DISTINCT FROM ("
-    + ", ".join(f"{{src}}.{c}" for c in _COMPARED) + ")"
-)  # fmt: skip
-
 # The existing rows the import changes, locked in URI order (concurrent imports cannot deadlock),
 # with what their digest before needs: metadata, and the text's sha256 (not the text).
 _CHANGED_ROWS = f"""
@@ -75,42 +68,16 @@ SELECT r.id, r.uri, r.name, r.title, r.description, r.mime_type, r.size, r.icons
        r.tags, r.consent_message, r.meta, r.blob_sha256,
        encode(sha256(convert_to(r.text, 'UTF8')), 'hex') AS text_sha256
 FROM {STAGING} AS s JOIN resources AS r ON r.tenant_id = $1 AND r.uri = s.uri
-WHERE {_DIFFERS.format(src="s")}
+WHERE {differs("s")}
 ORDER BY r.uri
 FOR UPDATE OF r
 """
 
 _HAS_RESOURCES = "SELECT EXISTS (SELECT 1 FROM resources WHERE tenant_id = $1)"
 
-_UPSERT = f"""
-WITH up AS (
-    INSERT INTO resources AS r (tenant_id, {", ".join(_WRITTEN)})
-    SELECT $1, {", ".join(f"s.{c}" for c in _WRITTEN)} FROM {STAGING} AS s ORDER BY s.uri
-    ON CONFLICT (tenant_id, uri) DO UPDATE SET
-        {", ".join(f"{c} = excluded.{c}" for c in _COMPARED)},
-        version = r.version + 1,
-        updated_at = now(),
-        content_changed_at = CASE
-            WHEN (r.text, r.blob_sha256) IS DISTINCT FROM (excluded.text, excluded.blob_sha256)
-            THEN now() ELSE r.content_changed_at END
-    WHERE {_DIFFERS.format(src="excluded")}
-    RETURNING r.id, r.uri, r.version, (r.xmax = 0) AS created
-), written AS MATERIALIZED (
-    SELECT up.id, up.uri, up.version, up.created, s.snapshot, s.text, s.blob_sha256, s.digest
-    FROM up JOIN {STAGING} AS s ON s.uri = up.uri
-), versions AS (
-    INSERT INTO resource_versions (tenant_id, resource_id, version, uri, snapshot, text, blob_sha256, changed_by)
-    SELECT $1, w.id, w.version, w.uri, w.snapshot, w.text, w.blob_sha256, $2 FROM written AS w
-), audit AS (
-    INSERT INTO audit_log (tenant_id, principal, action, target_kind, target_id, uri, before_digest, after_digest)
-    SELECT $1, $2, CASE WHEN w.created THEN 'resource.create' ELSE 'resource.update' END, 'resource',
-           w.id, w.uri, b.digest, w.digest
-    FROM written AS w LEFT JOIN {BEFORE} AS b ON b.id = w.id
-    ORDER BY w.id
-)
-SELECT count(*) FILTER (WHERE created) AS created, count(*) FILTER (WHERE NOT created) AS updated
-FROM written
-"""
+# The writes themselves: the one statement every resource write runs, on the staged rows.
+_UPSERT = apply_sql(STAGING, key=Key.URI, before=BEFORE)
+_UPDATE = "resource.update"
 
 
 @dataclass
@@ -301,7 +268,7 @@ async def _write_staged(
             await raw.copy_records_to_table(
                 BEFORE, records=[(row["id"], _digest_before(row)) for row in changed], timeout=_NO_TIMEOUT
             )
-    row = await raw.fetchrow(_UPSERT, tenant.id, principal.label, timeout=_NO_TIMEOUT)
+    row = await raw.fetchrow(_UPSERT, tenant.id, principal.label, _UPDATE, None, timeout=_NO_TIMEOUT)
     if fresh and row["created"] != count:
         raise StartOver("another writer added resources to the tenant meanwhile")
     result.created += row["created"]

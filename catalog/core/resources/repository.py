@@ -1,14 +1,16 @@
-"""The resource domain's queries: every statement on ``resources`` and ``resource_versions``.
+"""The resource domain's queries: the reads of ``resources`` and ``resource_versions`` (what writes a
+row is the writer's one statement, :mod:`catalog.core.resources.writer`), and deletion.
 
 No rules live here (what may be written, when a write is a conflict, what a caller may see): the
-service (:mod:`catalog.core.resources.service`) decides and calls these; visibility comes in as a
-:class:`~catalog.core.visibility.Visibility` that turns itself into SQL.
+rule modules (:mod:`.writes`, :mod:`.listing`, :mod:`.tree`, :mod:`.history`) decide and call
+these; visibility comes in as a :class:`~catalog.core.visibility.Visibility` that turns itself into
+SQL.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,21 +23,17 @@ from sqlalchemy import (
     any_,
     bindparam,
     func,
-    insert,
     literal,
     not_,
     select,
-    update,
 )
 from sqlalchemy import delete as sql_delete
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.resources.record import ListingEntry, ListingValues, ResourceRecord, record_from_row
 from catalog.core.uris import uri_prefix_upper_bound
 from catalog.core.visibility import Visibility
-from catalog.db.bulk import insert_rows
 from catalog.db.models import resource_versions, resources
 from catalog.db.rows import from_rows
 
@@ -136,47 +134,6 @@ async def uri_taken(conn: AsyncConnection, tenant_id: int, uri: str) -> bool:
     return taken.first() is not None
 
 
-async def insert_one(conn: AsyncConnection, values: Mapping[str, Any]) -> ResourceRecord | None:
-    """The inserted row; None when the URI was taken (by a committed or concurrent writer)."""
-    statement = (
-        pg_insert(resources)
-        .values(dict(values))
-        .on_conflict_do_nothing(index_elements=["tenant_id", "uri"])
-        .returning(*resources.c)
-    )
-    row = (await conn.execute(statement)).one_or_none()
-    return record_from_row(row) if row else None
-
-
-async def insert_many(conn: AsyncConnection, values: Sequence[Mapping[str, Any]]) -> list[ResourceRecord]:
-    """The inserted rows, in one statement; URIs taken meanwhile are left out."""
-    rows = await insert_rows(conn, resources, values, skip_conflicts_on=("tenant_id", "uri"), returning=True)
-    return [record_from_row(row) for row in rows]
-
-
-async def update_row(
-    conn: AsyncConnection,
-    tenant_id: int,
-    resource_id: int,
-    values: Mapping[str, Any],
-    *,
-    content_changed: bool,
-) -> ResourceRecord:
-    """Set ``values``, bump the version and ``updated_at`` (and ``content_changed_at`` if said so)."""
-    statement = (
-        update(resources)
-        .where(resources.c.tenant_id == tenant_id, resources.c.id == resource_id)
-        .values(
-            **values,
-            version=resources.c.version + 1,
-            updated_at=func.now(),
-            **({"content_changed_at": func.now()} if content_changed else {}),
-        )
-        .returning(*resources.c)
-    )
-    return record_from_row((await conn.execute(statement)).one())
-
-
 async def delete_row(conn: AsyncConnection, tenant_id: int, resource_id: int) -> None:
     await conn.execute(
         sql_delete(resources).where(resources.c.tenant_id == tenant_id, resources.c.id == resource_id)
@@ -184,27 +141,6 @@ async def delete_row(conn: AsyncConnection, tenant_id: int, resource_id: int) ->
 
 
 # -- history --------------------------------------------------------------------------------------
-
-
-def _version_row(record: ResourceRecord, changed_by: str) -> dict[str, Any]:
-    return {
-        "tenant_id": record.tenant_id,
-        "resource_id": record.id,
-        "version": record.version,
-        "uri": record.uri,
-        "snapshot": record.snapshot(),
-        "text": record.text,
-        "blob_sha256": record.blob_sha256,
-        "changed_by": changed_by,
-    }
-
-
-async def append_version(conn: AsyncConnection, record: ResourceRecord, changed_by: str) -> None:
-    await conn.execute(insert(resource_versions).values(_version_row(record, changed_by)))
-
-
-async def append_versions(conn: AsyncConnection, records: Sequence[ResourceRecord], changed_by: str) -> None:
-    await insert_rows(conn, resource_versions, [_version_row(record, changed_by) for record in records])
 
 
 async def versions(conn: AsyncConnection, tenant_id: int, resource_id: int) -> list[Row[Any]]:
@@ -269,7 +205,7 @@ def listing_clause(
     """The rows a listing may show: the visibility rule, then the caller's filters.
 
     ``query`` matches the metadata; with ``text_tier`` it instead matches the text of resources
-    whose metadata does not match (the second tier of a search, see ``service.list_page``).
+    whose metadata does not match (the second tier of a search, see ``listing.list_page``).
     ``candidates``, the ids :func:`search_candidates` found for that match, narrow the scan to
     them (the match itself is still applied)."""
     clauses = [visibility.resources_clause(resources)]

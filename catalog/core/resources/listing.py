@@ -1,0 +1,105 @@
+"""Listing resources: one resource, and keyset pages of the visible ones in URI byte order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from catalog.core import blobs as blob_store
+from catalog.core.errors import NotFound
+from catalog.core.principal import Principal
+from catalog.core.resources import repository as rows
+from catalog.core.resources.paging import DEFAULT_PAGE, page_of, page_start
+from catalog.core.resources.record import ListingEntry, ListingValues, ResourceRecord
+from catalog.core.resources.repository import NO_FILTER, ListingFilter
+from catalog.core.resources.search import search_page
+from catalog.core.service import Catalog
+from catalog.core.tenants import Tenant
+from catalog.core.visibility import Visibility, load_visibility
+from catalog.db.engine import TenantScope, self_scoped_driver, transaction
+
+
+async def get_resource(
+    catalog: Catalog, tenant: Tenant, resource_id: int, *, include_content: bool = False
+) -> tuple[ResourceRecord, bytes | None]:
+    async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+        record = await rows.fetch(conn, tenant.id, resource_id, include_content=include_content)
+        if record is None:
+            raise NotFound(f"no resource {resource_id}")
+        blob = None
+        if include_content and record.blob_sha256:
+            blob = await blob_store.read_bytes(conn, tenant.id, record.blob_sha256)
+    return record, blob
+
+
+async def list_page(
+    catalog: Catalog,
+    conn: AsyncConnection,
+    visibility: Visibility,
+    *,
+    listing: str,
+    cursor: str | None,
+    limit: int = DEFAULT_PAGE,
+    filters: ListingFilter = NO_FILTER,
+) -> tuple[list[ResourceRecord], str | None]:
+    """One keyset page of visible resources in URI byte order, and the cursor to the next page.
+
+    A search (``filters.query``) is ranked in two tiers, each a keyset scan in URI order: first the
+    resources whose uri, name, title or description contain the query, then those that match only
+    by their text (every word of the query in it). The cursor names the tier and the last URI."""
+    after = page_start(catalog, visibility, listing=listing, cursor=cursor, filters=filters)
+    if visibility.nothing:
+        return [], None
+    if filters.query:
+        return await search_page(
+            catalog, conn, visibility, listing=listing, after=after, limit=limit, filters=filters
+        )
+    records = await rows.page_rows(conn, visibility, after=after, limit=limit + 1, filters=filters)
+    return page_of(catalog, visibility, records, listing=listing, limit=limit, filters=filters)
+
+
+async def visible_page(
+    catalog: Catalog, visibility: Visibility, *, listing: str, cursor: str | None, limit: int = DEFAULT_PAGE
+) -> tuple[list[ListingEntry], str | None]:
+    """:func:`list_page` without filters as one statement outside any transaction
+    (``repository.visible_page_rows``): the same page and cursor."""
+    after = page_start(catalog, visibility, listing=listing, cursor=cursor)
+    if visibility.nothing:
+        return [], None
+    async with self_scoped_driver(catalog.engine) as driver:
+        records = await rows.visible_page_rows(driver, visibility, after=after, limit=limit + 1)
+    return page_of(catalog, visibility, records, listing=listing, limit=limit)
+
+
+def listed_page(
+    catalog: Catalog, visibility: Visibility, found: Sequence[Any], first: int, *, listing: str, limit: int
+) -> tuple[list[ListingValues], str | None]:
+    """:func:`visible_page`'s answer, as each entry's values (``ListingValues``), from up to
+    ``limit + 1`` rows a caller's own statement read with ``visibility``'s selectors
+    (``catalog_plain_page``), their entry columns from ``first`` on."""
+    return page_of(
+        catalog, visibility, rows.listing_values(found, first), listing=listing, limit=limit, uri_of=_first
+    )
+
+
+def _first(values: ListingValues) -> str:
+    return str(values[0])  # an entry's URI: its first field
+
+
+async def list_resources(
+    catalog: Catalog,
+    principal: Principal,
+    tenant: Tenant,
+    *,
+    listing: str,
+    cursor: str | None = None,
+    limit: int = DEFAULT_PAGE,
+    filters: ListingFilter = NO_FILTER,
+) -> tuple[list[ResourceRecord], str | None]:
+    async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+        visibility = await load_visibility(conn, principal, tenant.id)
+        return await list_page(
+            catalog, conn, visibility, listing=listing, cursor=cursor, limit=limit, filters=filters
+        )
