@@ -27,7 +27,10 @@ from catalog.app import create_app
 from catalog.core.grants import create_grant
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_many, upsert_resource
-from catalog.core.schemas import GrantIn, ResourceIn, TemplateIn, TokenIn
+from catalog.core.schemas.grants import GrantIn
+from catalog.core.schemas.resources import ResourceIn
+from catalog.core.schemas.templates import TemplateIn
+from catalog.core.schemas.tokens import TokenIn
 from catalog.core.service import Catalog
 from catalog.core.templates import create_template
 from catalog.core.tenants import Tenant, create_tenant

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from catalog.core.errors import InvalidInput
-from catalog.core.schemas import MAX_LONG_TEXT, MAX_SHORT_TEXT, MAX_TAG_LENGTH, MAX_TEMPLATE_BODY
+from catalog.core.schemas.base import MAX_LONG_TEXT, MAX_SHORT_TEXT, MAX_TAG_LENGTH, MAX_TEMPLATE_BODY
 from catalog.core.service import Catalog
 from catalog.core.tenants import create_tenant
 from catalog.db.engine import create_engine

@@ -26,7 +26,7 @@ from catalog.bootstrap import open_catalog
 from catalog.core import backup as core_backup
 from catalog.core.principal import Principal
 from catalog.core.resources import patch_resource
-from catalog.core.schemas import ResourcePatch
+from catalog.core.schemas.resources import ResourcePatch
 from catalog.core.tenants import get_tenant
 from catalog.settings import get_settings
 

@@ -19,7 +19,8 @@ from catalog.core.completion import (
 )
 from catalog.core.grants import create_grant
 from catalog.core.principal import Principal
-from catalog.core.schemas import GrantIn, TokenIn
+from catalog.core.schemas.grants import GrantIn
+from catalog.core.schemas.tokens import TokenIn
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.core.tokens import create_token, delete_token, list_tokens

@@ -9,7 +9,9 @@ from catalog.core.completion import complete_argument
 from catalog.core.grants import create_grant
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_many
-from catalog.core.schemas import GrantIn, ResourceIn, TemplateIn
+from catalog.core.schemas.grants import GrantIn
+from catalog.core.schemas.resources import ResourceIn
+from catalog.core.schemas.templates import TemplateIn
 from catalog.core.service import Catalog
 from catalog.core.templates import create_template
 from catalog.core.tenants import Tenant, create_tenant

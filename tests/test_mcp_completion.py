@@ -13,7 +13,8 @@ from mcp.shared.exceptions import MCPError
 
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_many
-from catalog.core.schemas import ResourceIn, TemplateIn
+from catalog.core.schemas.resources import ResourceIn
+from catalog.core.schemas.templates import TemplateIn
 from catalog.core.service import Catalog
 from catalog.core.templates import create_template
 from catalog.core.tenants import find_tenant

@@ -17,7 +17,7 @@ import pytest_asyncio
 
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_resource
-from catalog.core.schemas import ResourceIn
+from catalog.core.schemas.resources import ResourceIn
 from catalog.core.service import Catalog
 from catalog.db.engine import create_engine
 from catalog.mcp.revisions import for_revision

@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from catalog.auth.challenges import PRM_PATH
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_resource
-from catalog.core.schemas import ResourceIn
+from catalog.core.schemas.resources import ResourceIn
 from catalog.core.service import Catalog
 from catalog.db.engine import create_engine
 from tests.mcp_helpers import LEGACY, MODERN, Served, mcp_settings, module_database, served

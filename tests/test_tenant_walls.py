@@ -9,7 +9,7 @@ from sqlalchemy import func, select, text
 
 from catalog.core.principal import Principal
 from catalog.core.resources import create_resource
-from catalog.core.schemas import ResourceIn
+from catalog.core.schemas.resources import ResourceIn
 from catalog.core.service import Catalog
 from catalog.core.tenants import create_tenant
 from catalog.db.engine import TenantScope, create_engine, probe_app_role, transaction

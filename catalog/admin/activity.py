@@ -16,7 +16,8 @@ from catalog.admin.deps import MAX_ID, AdminTenantDep, CatalogDep, Cursor, Limit
 from catalog.admin.problems import problem_response
 from catalog.core import audit, changes
 from catalog.core.errors import FieldError, InvalidInput
-from catalog.core.schemas import AuditEntryOut, ChangesPage, Page
+from catalog.core.schemas.audit import AuditEntryOut, ChangesPage
+from catalog.core.schemas.base import Page
 from catalog.core.service import Catalog
 
 router = APIRouter(prefix="/tenants/{slug}", tags=["activity"])

@@ -72,7 +72,7 @@ async def _add(catalog: Catalog, args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from catalog.core.principal import Principal
-    from catalog.core.schemas import TemplateIn
+    from catalog.core.schemas.templates import TemplateIn
     from catalog.core.templates import create_template
     from catalog.core.tenants import get_tenant
     from catalog.core.transfer import validation_reason

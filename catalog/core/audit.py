@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.cursors import InvalidCursor, decode_cursor, encode_cursor
 from catalog.core.principal import Principal
-from catalog.core.schemas import AuditEntryOut, PlatformAuditEntryOut
+from catalog.core.schemas.audit import AuditEntryOut, PlatformAuditEntryOut
 from catalog.core.service import Catalog
 from catalog.core.visibility import principal_fingerprint
 from catalog.db.bulk import insert_rows

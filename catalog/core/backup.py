@@ -71,19 +71,11 @@ from catalog.core.principal import Principal
 from catalog.core.resources import METADATA_FIELDS as RESOURCE_FIELDS
 from catalog.core.resources import record_from_row
 from catalog.core.resources.service import text_size
-from catalog.core.schemas import (
-    AwareDatetime,
-    GrantIn,
-    MimeType,
-    Model,
-    ResourceFields,
-    ResourceIn,
-    ShortText,
-    TemplateIn,
-    TokenIn,
-    Uri,
-    column_values,
-)
+from catalog.core.schemas.base import AwareDatetime, MimeType, Model, ShortText, Uri, column_values
+from catalog.core.schemas.grants import GrantIn
+from catalog.core.schemas.resources import ResourceFields, ResourceIn
+from catalog.core.schemas.templates import TemplateIn
+from catalog.core.schemas.tokens import TokenIn
 from catalog.core.service import Catalog
 from catalog.core.templates import METADATA_FIELDS as TEMPLATE_FIELDS
 from catalog.core.templates import template_from_row

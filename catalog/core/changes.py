@@ -21,7 +21,7 @@ from typing import Literal
 
 from sqlalchemy import func, select
 
-from catalog.core.schemas import ChangeOut, ChangesPage
+from catalog.core.schemas.audit import ChangeOut, ChangesPage
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.db.engine import TenantScope, transaction

@@ -58,7 +58,7 @@ from catalog.core.resources import (
     record_from_row,
     visible_page,
 )
-from catalog.core.schemas import DIRECTORY_MIME_TYPE, ConsentPurpose
+from catalog.core.schemas.base import DIRECTORY_MIME_TYPE, ConsentPurpose
 from catalog.core.service import Catalog
 from catalog.core.templates import TemplateRecord, template_from_row, template_page
 from catalog.core.tokens import hash_token, is_opaque_token

@@ -14,13 +14,13 @@ from catalog.core.audit import AuditEntry, digest, record_audit
 from catalog.core.cursors import decode_cursor, encode_cursor
 from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound
 from catalog.core.principal import Principal
-from catalog.core.schemas import (
+from catalog.core.schemas.base import column_values
+from catalog.core.schemas.templates import (
     TemplateIn,
     TemplateOut,
     TemplatePatch,
     TemplatePreviewIn,
     TemplatePreviewOut,
-    column_values,
 )
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant

@@ -12,7 +12,8 @@ from sqlalchemy.exc import IntegrityError
 from catalog.core.audit import AuditEntry, digest, record_platform_audit
 from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound
 from catalog.core.principal import Principal
-from catalog.core.schemas import TenantIn, validated
+from catalog.core.schemas.base import validated
+from catalog.core.schemas.tenants import TenantIn
 from catalog.core.service import Catalog
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import tenants

@@ -52,7 +52,8 @@ from catalog.core.jsonlines import BadJson, bounded_lines, max_line_bytes, parse
 from catalog.core.principal import Principal
 from catalog.core.resources import MAX_PAGE, ResourceRecord, list_page, upsert_many
 from catalog.core.resources.bulk import BulkResult, Prepared, StartOver, prepare, upsert_all
-from catalog.core.schemas import DIRECTORY_MIME_TYPE, ResourceIn
+from catalog.core.schemas.base import DIRECTORY_MIME_TYPE
+from catalog.core.schemas.resources import ResourceIn
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.core.uris import InvalidUri, normalize_uri

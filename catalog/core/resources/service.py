@@ -31,7 +31,8 @@ from catalog.core.principal import Principal
 from catalog.core.resources import repository as rows
 from catalog.core.resources.record import METADATA_FIELDS, ListingEntry, ListingValues, ResourceRecord
 from catalog.core.resources.repository import NO_FILTER, ListingFilter
-from catalog.core.schemas import DIRECTORY_MIME_TYPE, ResourceIn, ResourcePatch, column_values
+from catalog.core.schemas.base import DIRECTORY_MIME_TYPE, column_values
+from catalog.core.schemas.resources import ResourceIn, ResourcePatch
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.core.uris import uri_prefix_upper_bound
