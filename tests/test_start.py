@@ -55,7 +55,7 @@ def test_catalog_help_does_not_import_sqlalchemy() -> None:
 
 def test_parsing_a_template_imports_the_sdk_it_parses_with() -> None:
     loaded = imported_by(
-        "from catalog.core.uri_templates import parse_template\n"
+        "from catalog.core.uri_templates.parsing import parse_template\n"
         "assert parse_template('test://x/{id}').match('test://x/7') == {'id': '7'}"
     )
     assert "mcp" in loaded

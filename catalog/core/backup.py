@@ -81,7 +81,7 @@ from catalog.core.templates import METADATA_FIELDS as TEMPLATE_FIELDS
 from catalog.core.templates import template_from_row
 from catalog.core.tenants import Tenant, create_tenant, delete_tenant
 from catalog.core.tokens import generate_token, hash_token
-from catalog.core.uri_templates import InvalidTemplate, parse_template
+from catalog.core.uri_templates.parsing import InvalidTemplate, parse_template
 from catalog.db.engine import TenantScope, bind_scope, transaction
 from catalog.db.models import blobs, grants, resource_versions, resources, templates, tokens
 

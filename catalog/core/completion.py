@@ -58,7 +58,8 @@ from catalog.core.reading import (
     tenant_of,
 )
 from catalog.core.service import Catalog
-from catalog.core.uri_templates import InvalidTemplate, completion_candidates, parse_template
+from catalog.core.uri_templates.completion import completion_candidates
+from catalog.core.uri_templates.parsing import InvalidTemplate, parse_template
 from catalog.core.visibility import Visibility, load_visibility
 from catalog.db.engine import TenantScope, scoped_driver, transaction
 from catalog.db.models import resources, templates

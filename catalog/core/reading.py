@@ -62,7 +62,9 @@ from catalog.core.schemas.base import DIRECTORY_MIME_TYPE, ConsentPurpose
 from catalog.core.service import Catalog
 from catalog.core.templates import TemplateRecord, template_from_row, template_page
 from catalog.core.tokens import hash_token, is_opaque_token
-from catalog.core.uri_templates import match, parse_template, render_body
+from catalog.core.uri_templates.bodies import render_body
+from catalog.core.uri_templates.matching import match
+from catalog.core.uri_templates.parsing import parse_template
 from catalog.core.uris import (
     InvalidUri,
     descendant_prefix,

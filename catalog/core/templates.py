@@ -24,14 +24,9 @@ from catalog.core.schemas.templates import (
 )
 from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
-from catalog.core.uri_templates import (
-    InvalidTemplate,
-    ParsedTemplate,
-    check_readable,
-    parse_template,
-    render_body,
-    validate_body,
-)
+from catalog.core.uri_templates.bodies import render_body, validate_body
+from catalog.core.uri_templates.matching import check_readable
+from catalog.core.uri_templates.parsing import InvalidTemplate, ParsedTemplate, parse_template
 from catalog.core.visibility import Visibility, load_visibility
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import templates
