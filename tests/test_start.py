@@ -35,7 +35,7 @@ def test_the_core_and_the_cli_never_import_the_mcp_sdk_or_alembic() -> None:
     """Any ``mcp.*`` import runs the SDK's ``__init__`` (client and server): a command that parses
     no template, and ``catalog --help``, must not pay for it; alembic only when a schema moves."""
     loaded = imported_by(
-        "import catalog.core.service, catalog.bootstrap, catalog.cli, catalog.auth, catalog.events\n"
+        "import catalog.core.catalog, catalog.bootstrap, catalog.cli, catalog.auth, catalog.events\n"
         "from catalog.cli import build_parser; build_parser()"
     )
     assert "catalog" in loaded

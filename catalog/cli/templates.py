@@ -10,7 +10,7 @@ from catalog.cli.common import Commands, command, err, iso, row, usage
 from catalog.settings import ConfigError
 
 if TYPE_CHECKING:
-    from catalog.core.service import Catalog
+    from catalog.core.catalog import Catalog
 
 
 def add_commands(commands: Commands) -> None:

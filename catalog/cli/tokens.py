@@ -10,8 +10,8 @@ from catalog.cli.common import Commands, command, err, iso, row, usage
 from catalog.settings import ConfigError
 
 if TYPE_CHECKING:
+    from catalog.core.catalog import Catalog
     from catalog.core.schemas.tokens import TokenOut
-    from catalog.core.service import Catalog
 
 
 def add_commands(commands: Commands) -> None:

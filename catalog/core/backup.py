@@ -65,6 +65,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import DateTime, Integer, Text
 
 from catalog.core.audit import AuditEntry, record_audit
+from catalog.core.catalog import Catalog
 from catalog.core.errors import CatalogError, InvalidInput
 from catalog.core.jsonlines import BadJson, max_line_bytes, parse_json, read_line, too_long
 from catalog.core.principal import Principal
@@ -76,7 +77,6 @@ from catalog.core.schemas.grants import GrantIn
 from catalog.core.schemas.resources import ResourceFields, ResourceIn
 from catalog.core.schemas.templates import TemplateIn
 from catalog.core.schemas.tokens import TokenIn
-from catalog.core.service import Catalog
 from catalog.core.templates import METADATA_FIELDS as TEMPLATE_FIELDS
 from catalog.core.templates import template_from_row
 from catalog.core.tenants import Tenant, create_tenant, delete_tenant

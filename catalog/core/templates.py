@@ -11,6 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.audit import AuditEntry, digest, record_audit
+from catalog.core.catalog import Catalog
 from catalog.core.cursors import decode_cursor, encode_cursor
 from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound
 from catalog.core.principal import Principal
@@ -22,7 +23,6 @@ from catalog.core.schemas.templates import (
     TemplatePreviewIn,
     TemplatePreviewOut,
 )
-from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.core.uri_templates.bodies import render_body, validate_body
 from catalog.core.uri_templates.matching import check_readable

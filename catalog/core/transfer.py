@@ -47,6 +47,7 @@ from sqlalchemy import select, text
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from catalog.core.catalog import Catalog
 from catalog.core.errors import CatalogError
 from catalog.core.jsonlines import BadJson, bounded_lines, max_line_bytes, parse_json, too_long
 from catalog.core.principal import Principal
@@ -54,7 +55,6 @@ from catalog.core.resources import MAX_PAGE, ResourceRecord, list_page, upsert_m
 from catalog.core.resources.bulk import BulkResult, Prepared, StartOver, prepare, upsert_all
 from catalog.core.schemas.base import DIRECTORY_MIME_TYPE
 from catalog.core.schemas.resources import ResourceIn
-from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.core.uris import InvalidUri, normalize_uri
 from catalog.core.visibility import load_visibility

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core import blobs as blob_store
 from catalog.core.audit import AuditEntry, record_audit, record_audits
+from catalog.core.catalog import Catalog
 from catalog.core.cursors import decode_cursor, encode_cursor
 from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound, PreconditionFailed, TooLarge
 from catalog.core.principal import Principal
@@ -33,7 +34,6 @@ from catalog.core.resources.record import METADATA_FIELDS, ListingEntry, Listing
 from catalog.core.resources.repository import NO_FILTER, ListingFilter
 from catalog.core.schemas.base import DIRECTORY_MIME_TYPE, column_values
 from catalog.core.schemas.resources import ResourceIn, ResourcePatch
-from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.core.uris import uri_prefix_upper_bound
 from catalog.core.visibility import Visibility, load_visibility
