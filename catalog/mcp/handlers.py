@@ -30,11 +30,11 @@ from catalog.mcp.context import (
     Ctx,
     cache_scope,
     invalid_cursor,
-    is_modern,
     not_found,
     principal_of,
     supports_form_elicitation,
 )
+from catalog.mcp.context import is_2026 as is_modern
 
 
 class CatalogSource(Protocol):
