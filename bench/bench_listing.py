@@ -29,9 +29,9 @@ from bench.harness import (
     summary,
     write_result,
 )
+from catalog.core.catalog import Catalog
 from catalog.core.principal import Principal
 from catalog.core.resources import LISTING_COLUMNS, cursor_after, list_page
-from catalog.core.service import Catalog
 from catalog.core.visibility import load_visibility
 from catalog.db.engine import TenantScope, create_engine, probe_app_role, transaction
 from catalog.db.models import resources

@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bench.harness import bench_database, interleaved, seed_resources, summary, write_result
+from catalog.core.catalog import Catalog
 from catalog.core.principal import Principal
 from catalog.core.resources import ListingFilter, list_resources, tree_page
-from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.db.engine import create_engine, probe_app_role
 from catalog.settings import Settings

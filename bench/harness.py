@@ -371,7 +371,7 @@ def server_env(database_url: str, home: str, **extra: str) -> dict[str, str]:
 @contextlib.asynccontextmanager
 async def core_catalog(database: Database) -> AsyncIterator[Any]:
     """A ``Catalog`` on the benchmark database with the servers' settings (same signing key)."""
-    from catalog.core.service import Catalog
+    from catalog.core.catalog import Catalog
     from catalog.db.engine import create_engine, probe_app_role
     from catalog.settings import Settings
 

@@ -15,7 +15,7 @@ from catalog.admin.blobs import is_streamed_upload
 from catalog.auth.edge import EdgeGuard
 from catalog.auth.quotas import RateLimiter
 from catalog.bootstrap import database_checks, open_catalog
-from catalog.core.service import Catalog
+from catalog.core.catalog import Catalog
 from catalog.events import events_lifespan
 from catalog.observability.endpoint import FASTAPI_TELEMETRY
 from catalog.observability.endpoint import install as install_observability

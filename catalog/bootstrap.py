@@ -27,8 +27,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog.core.catalog import Catalog
 from catalog.core.errors import database_unavailable
-from catalog.core.service import Catalog
 from catalog.db import migrate as migrations  # also what `catalog migrate` drives
 from catalog.db.embedded import EmbeddedPostgres
 from catalog.db.engine import create_engine, probe_app_role

@@ -12,12 +12,14 @@ import struct
 import zlib
 
 from catalog.bootstrap import open_catalog
+from catalog.core.catalog import Catalog
 from catalog.core.errors import Conflict
 from catalog.core.grants import create_grant
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_resource
-from catalog.core.schemas import GrantIn, ResourceIn, TemplateIn
-from catalog.core.service import Catalog
+from catalog.core.schemas.grants import GrantIn
+from catalog.core.schemas.resources import ResourceIn
+from catalog.core.schemas.templates import TemplateIn
 from catalog.core.templates import create_template, list_templates
 from catalog.core.tenants import Tenant, create_tenant, find_tenant
 from catalog.settings import Settings

@@ -24,11 +24,14 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated
 
 from catalog.app import create_app
+from catalog.core.catalog import Catalog
 from catalog.core.grants import create_grant
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_many, upsert_resource
-from catalog.core.schemas import GrantIn, ResourceIn, TemplateIn, TokenIn
-from catalog.core.service import Catalog
+from catalog.core.schemas.grants import GrantIn
+from catalog.core.schemas.resources import ResourceIn
+from catalog.core.schemas.templates import TemplateIn
+from catalog.core.schemas.tokens import TokenIn
 from catalog.core.templates import create_template
 from catalog.core.tenants import Tenant, create_tenant
 from catalog.core.tokens import create_token

@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
+from catalog.core.catalog import Catalog
 from catalog.core.errors import InvalidInput
-from catalog.core.schemas import MAX_LONG_TEXT, MAX_SHORT_TEXT, MAX_TAG_LENGTH, MAX_TEMPLATE_BODY
-from catalog.core.service import Catalog
+from catalog.core.schemas.base import MAX_LONG_TEXT, MAX_SHORT_TEXT, MAX_TAG_LENGTH, MAX_TEMPLATE_BODY
 from catalog.core.tenants import create_tenant
 from catalog.db.engine import create_engine
 from catalog.settings import Settings

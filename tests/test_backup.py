@@ -28,7 +28,7 @@ from catalog.core.backup import restore as backup_restore
 from catalog.core.backup.format import CHUNK
 from catalog.core.principal import Principal
 from catalog.core.resources import patch_resource
-from catalog.core.schemas import ResourcePatch
+from catalog.core.schemas.resources import ResourcePatch
 from catalog.core.tenants import get_tenant
 from catalog.settings import get_settings
 

@@ -17,10 +17,10 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
+from catalog.core.catalog import Catalog
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_resource
-from catalog.core.schemas import ResourceIn
-from catalog.core.service import Catalog
+from catalog.core.schemas.resources import ResourceIn
 from catalog.core.tenants import get_tenant
 from catalog.db.engine import APP_ROLE, create_engine
 from catalog.demo import DEMO_TENANT, seed_demo

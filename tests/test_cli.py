@@ -17,7 +17,7 @@ import asyncpg
 import pytest
 
 from catalog.auth import authenticate
-from catalog.core.service import Catalog
+from catalog.core.catalog import Catalog
 from catalog.db.engine import create_engine
 from catalog.settings import get_settings
 

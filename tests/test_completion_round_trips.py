@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from catalog.core.catalog import Catalog
 from catalog.core.completion import (
     InvalidArgument,
     UnknownTemplate,
@@ -19,8 +20,8 @@ from catalog.core.completion import (
 )
 from catalog.core.grants import create_grant
 from catalog.core.principal import Principal
-from catalog.core.schemas import GrantIn, TokenIn
-from catalog.core.service import Catalog
+from catalog.core.schemas.grants import GrantIn
+from catalog.core.schemas.tokens import TokenIn
 from catalog.core.tenants import Tenant
 from catalog.core.tokens import create_token, delete_token, list_tokens
 from catalog.db.engine import create_engine

@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 
 from catalog.core import completion
+from catalog.core.catalog import Catalog
 from catalog.core.completion import complete_argument
 from catalog.core.grants import create_grant
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_many
-from catalog.core.schemas import GrantIn, ResourceIn, TemplateIn
-from catalog.core.service import Catalog
+from catalog.core.schemas.grants import GrantIn
+from catalog.core.schemas.resources import ResourceIn
+from catalog.core.schemas.templates import TemplateIn
 from catalog.core.templates import create_template
 from catalog.core.tenants import Tenant, create_tenant
 from catalog.db.engine import create_engine

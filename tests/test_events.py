@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from catalog.app import create_app
-from catalog.core.service import Catalog
+from catalog.core.catalog import Catalog
 from catalog.db import migrate
 from catalog.db.embedded import EmbeddedPostgres
 from catalog.db.engine import create_engine

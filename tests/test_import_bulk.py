@@ -26,9 +26,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated
 
+from catalog.core.catalog import Catalog
 from catalog.core.principal import Principal
 from catalog.core.resources import ResourceRecord, bulk, record_from_row
-from catalog.core.service import Catalog
 from catalog.core.tenants import create_tenant
 from catalog.core.transfer import importer
 from catalog.db.engine import create_engine

@@ -26,7 +26,9 @@ from catalog.auth.refusals import RATE_LIMITED
 from catalog.core.grants import create_grant, delete_grant
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_resource
-from catalog.core.schemas import GrantIn, ResourceIn, TokenIn
+from catalog.core.schemas.grants import GrantIn
+from catalog.core.schemas.resources import ResourceIn
+from catalog.core.schemas.tokens import TokenIn
 from catalog.core.tokens import create_token
 from catalog.core.watching import MAX_LISTEN_URIS
 from tests.mcp_helpers import (

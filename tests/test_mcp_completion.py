@@ -11,10 +11,11 @@ import pytest
 import pytest_asyncio
 from mcp.shared.exceptions import MCPError
 
+from catalog.core.catalog import Catalog
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_many
-from catalog.core.schemas import ResourceIn, TemplateIn
-from catalog.core.service import Catalog
+from catalog.core.schemas.resources import ResourceIn
+from catalog.core.schemas.templates import TemplateIn
 from catalog.core.templates import create_template
 from catalog.core.tenants import find_tenant
 from catalog.db.engine import create_engine

@@ -16,7 +16,7 @@ import pytest_asyncio
 from mcp.shared.exceptions import MCPError
 from sqlalchemy.engine import make_url
 
-from catalog.core.schemas import MAX_CONSENT_PURPOSE_LENGTH
+from catalog.core.schemas.base import MAX_CONSENT_PURPOSE_LENGTH
 from catalog.mcp.context import CONSENT_DECLINED
 from tests.mcp_helpers import (
     Served,

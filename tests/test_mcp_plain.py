@@ -22,7 +22,7 @@ from catalog.core import reading
 from catalog.core.grants import create_grant, delete_grant
 from catalog.core.principal import Principal
 from catalog.core.resources import LISTING_ENTRY_FIELDS
-from catalog.core.schemas import GrantIn
+from catalog.core.schemas.grants import GrantIn
 from catalog.core.tokens import delete_token, list_tokens
 from catalog.observability import metrics
 from tests.mcp_helpers import (

@@ -18,11 +18,13 @@ import pytest
 import pytest_asyncio
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated
 
+from catalog.core.catalog import Catalog
 from catalog.core.grants import create_grant
 from catalog.core.principal import Principal
 from catalog.core.resources import ListingFilter, delete_resource, list_resources, upsert_resource
-from catalog.core.schemas import GrantIn, ResourceIn, TokenIn
-from catalog.core.service import Catalog
+from catalog.core.schemas.grants import GrantIn
+from catalog.core.schemas.resources import ResourceIn
+from catalog.core.schemas.tokens import TokenIn
 from catalog.core.tenants import Tenant
 from catalog.core.tokens import create_token
 from catalog.db.engine import create_engine

@@ -16,8 +16,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from catalog.auth import authenticate
+from catalog.core.catalog import Catalog
 from catalog.core.errors import Unauthenticated
-from catalog.core.service import Catalog
 from catalog.core.tenants import create_tenant
 from catalog.db.engine import create_engine
 from catalog.settings import Settings

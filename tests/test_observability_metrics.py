@@ -26,10 +26,10 @@ from mcp.shared.exceptions import MCPError
 from prometheus_client.parser import text_string_to_metric_families
 
 from catalog.auth.challenges import PRM_PATH
+from catalog.core.catalog import Catalog
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_resource
-from catalog.core.schemas import ResourceIn
-from catalog.core.service import Catalog
+from catalog.core.schemas.resources import ResourceIn
 from catalog.db.engine import create_engine
 from tests.mcp_helpers import LEGACY, MODERN, Served, mcp_settings, module_database, served
 from tests.processes import catalog_env, my_ports, serving, started, stop, worker_of, worker_processes

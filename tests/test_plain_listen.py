@@ -24,7 +24,8 @@ from mcp.client.subscriptions import ResourceUpdated
 
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_resource
-from catalog.core.schemas import ResourceIn, TokenIn
+from catalog.core.schemas.resources import ResourceIn
+from catalog.core.schemas.tokens import TokenIn
 from catalog.core.tokens import create_token, delete_token
 from catalog.core.watching import Delivery
 from catalog.events.credentials import CredentialHold

@@ -22,10 +22,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from catalog.core.catalog import Catalog
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_many, upsert_resource
-from catalog.core.schemas import ResourceIn
-from catalog.core.service import Catalog
+from catalog.core.schemas.resources import ResourceIn
 from catalog.core.tenants import Tenant, create_tenant
 from catalog.core.transfer.importer import import_jsonl
 from catalog.db.engine import create_engine

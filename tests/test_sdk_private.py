@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from catalog.core.catalog import Catalog
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_resource
-from catalog.core.schemas import ResourceIn
-from catalog.core.service import Catalog
+from catalog.core.schemas.resources import ResourceIn
 from catalog.db.engine import create_engine
 from catalog.mcp.sdk_private import PRIVATE_NAMES
 from tests.mcp_helpers import RawListen, Served, mcp_settings, module_database, served

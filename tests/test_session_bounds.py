@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 
 from catalog.core.sessions import CLIENT_PARAMS_MAX_BYTES
-from catalog.mcp.sessions import SESSION_ID_HEADER
+from catalog.mcp.sessions.base import SESSION_ID_HEADER
 from tests.mcp_helpers import LEGACY, Served, mcp_settings, module_database, served
 from tests.processes import Served as ServedProcess
 from tests.processes import catalog_env, serving, started, worker_of

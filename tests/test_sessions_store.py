@@ -9,8 +9,8 @@ import asyncpg
 import pytest_asyncio
 
 from catalog.core import sessions
+from catalog.core.catalog import Catalog
 from catalog.core.principal import Principal
-from catalog.core.service import Catalog
 from catalog.core.tenants import create_tenant
 from catalog.db.engine import create_engine
 from catalog.settings import Settings

@@ -28,9 +28,9 @@ from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from sqlalchemy.engine import make_url
 
+from catalog.core.catalog import Catalog
 from catalog.core.principal import Principal
-from catalog.core.schemas import TokenIn
-from catalog.core.service import Catalog
+from catalog.core.schemas.tokens import TokenIn
 from catalog.core.tokens import create_token
 from catalog.db.engine import create_engine
 from catalog.mcp.context import CREDENTIAL_ENDED

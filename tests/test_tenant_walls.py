@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 import pytest
 from sqlalchemy import func, select, text
 
+from catalog.core.catalog import Catalog
 from catalog.core.principal import Principal
 from catalog.core.resources import create_resource
-from catalog.core.schemas import ResourceIn
-from catalog.core.service import Catalog
+from catalog.core.schemas.resources import ResourceIn
 from catalog.core.tenants import create_tenant
 from catalog.db.engine import TenantScope, create_engine, probe_app_role, transaction
 from catalog.db.models import audit_log, change_feed, resource_versions, resources

@@ -20,17 +20,9 @@ from hypothesis import strategies as st
 from mcp.shared.exceptions import MCPError
 
 from catalog.core import reading
-from catalog.core.uri_templates import (
-    MATCH_STEPS_PER_CHARACTER,
-    MAX_MATCH_SHAPES,
-    InvalidTemplate,
-    ParsedTemplate,
-    check_readable,
-    match,
-    match_steps,
-    match_values,
-    parse_template,
-)
+from catalog.core.uri_templates.matching import check_readable, match, match_steps, match_values
+from catalog.core.uri_templates.parsing import InvalidTemplate, ParsedTemplate, parse_template
+from catalog.core.uri_templates.scanner import MATCH_STEPS_PER_CHARACTER, MAX_MATCH_SHAPES
 from catalog.core.uris import MAX_URI_BYTES, InvalidUri, normalize_uri
 from tests.admin_support import ADMIN_TOKEN, API, assert_problem, bearer
 from tests.mcp_helpers import MODERN, Served, mcp_settings, module_database, served

@@ -13,20 +13,16 @@ from hypothesis import strategies as st
 from mcp.shared.path_security import contains_path_traversal
 from mcp.shared.uri_template import UriTemplate
 
-from catalog.core.uri_templates import (
+from catalog.core.uri_templates.bodies import body_escaping, render_body, validate_body
+from catalog.core.uri_templates.completion import CompletionQuery, completion_candidates
+from catalog.core.uri_templates.matching import match, match_values
+from catalog.core.uri_templates.parsing import (
     MAX_TEMPLATE_BYTES,
-    CompletionQuery,
     InvalidTemplate,
     ParsedTemplate,
-    body_escaping,
-    completion_candidates,
     expand,
     literal_prefix,
-    match,
-    match_values,
     parse_template,
-    render_body,
-    validate_body,
     variable_names,
 )
 from catalog.core.uris import InvalidUri, normalize_uri

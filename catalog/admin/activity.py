@@ -15,9 +15,10 @@ from starlette.types import Receive, Scope, Send
 from catalog.admin.deps import MAX_ID, AdminTenantDep, CatalogDep, Cursor, LimitDep, PrincipalDep
 from catalog.admin.problems import problem_response
 from catalog.core import audit, changes
+from catalog.core.catalog import Catalog
 from catalog.core.errors import FieldError, InvalidInput
-from catalog.core.schemas import AuditEntryOut, ChangesPage, Page
-from catalog.core.service import Catalog
+from catalog.core.schemas.audit import AuditEntryOut, ChangesPage
+from catalog.core.schemas.base import Page
 
 router = APIRouter(prefix="/tenants/{slug}", tags=["activity"])
 

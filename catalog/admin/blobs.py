@@ -17,7 +17,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from catalog.admin.deps import AdminTenantDep, CatalogDep, PrincipalDep
 from catalog.core import blobs as core
 from catalog.core.errors import FieldError, InvalidInput, NotFound, TooLarge
-from catalog.core.schemas import MIME_TYPE_PATTERN, BlobOut
+from catalog.core.schemas.base import MIME_TYPE_PATTERN
+from catalog.core.schemas.resources import BlobOut
 
 router = APIRouter(prefix="/tenants/{slug}/blobs", tags=["blobs"])
 

@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import Depends, Path, Query, Request
 
 from catalog.auth import authenticate_caller
+from catalog.core.catalog import Catalog
 from catalog.core.errors import Forbidden, InsufficientScope, NotFound, Unauthenticated
 from catalog.core.principal import Principal
-from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant, find_tenant
 from catalog.observability.context import note_principal
 

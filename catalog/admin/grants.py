@@ -8,7 +8,8 @@ from fastapi import APIRouter, Query, Response, status
 
 from catalog.admin.deps import AdminTenantDep, CatalogDep, ItemId, PrincipalDep
 from catalog.core import grants as core
-from catalog.core.schemas import GrantCreated, GrantIn, GrantOut, GrantPreviewOut, Page, Scope
+from catalog.core.schemas.base import Page, Scope
+from catalog.core.schemas.grants import GrantCreated, GrantIn, GrantOut, GrantPreviewOut
 
 router = APIRouter(prefix="/tenants/{slug}/grants", tags=["grants"])
 

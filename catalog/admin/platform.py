@@ -8,7 +8,8 @@ from fastapi import APIRouter, Query
 
 from catalog.admin.deps import MAX_ID, CatalogDep, Cursor, LimitDep, PlatformAdminDep
 from catalog.core import audit
-from catalog.core.schemas import Page, PlatformAuditEntryOut
+from catalog.core.schemas.audit import PlatformAuditEntryOut
+from catalog.core.schemas.base import Page
 
 router = APIRouter(prefix="/audit", tags=["activity"])
 

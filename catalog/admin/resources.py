@@ -17,17 +17,14 @@ from catalog.admin.deps import AdminTenantDep, CatalogDep, Cursor, ItemId, Limit
 from catalog.core import resources as core
 from catalog.core.errors import FieldError, InvalidInput
 from catalog.core.resources import ListingFilter, ResourceRecord
-from catalog.core.schemas import (
-    Page,
+from catalog.core.schemas.base import Page, Tag, Uri, UriPrefix
+from catalog.core.schemas.resources import (
     ResourceIn,
     ResourceOut,
     ResourcePatch,
     ResourcePut,
     ResourceVersionDetailOut,
     ResourceVersionOut,
-    Tag,
-    Uri,
-    UriPrefix,
 )
 
 router = APIRouter(prefix="/tenants/{slug}/resources", tags=["resources"])

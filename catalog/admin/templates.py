@@ -6,8 +6,8 @@ from fastapi import APIRouter, Response, status
 
 from catalog.admin.deps import AdminTenantDep, CatalogDep, Cursor, ItemId, LimitDep, PrincipalDep
 from catalog.core import templates as core
-from catalog.core.schemas import (
-    Page,
+from catalog.core.schemas.base import Page
+from catalog.core.schemas.templates import (
     TemplateIn,
     TemplateOut,
     TemplatePatch,

@@ -6,7 +6,8 @@ from fastapi import APIRouter, Response, status
 
 from catalog.admin.deps import AnyAdminDep, CatalogDep, PlatformAdminDep
 from catalog.core import tenants as core
-from catalog.core.schemas import Page, TenantIn, TenantOut
+from catalog.core.schemas.base import Page
+from catalog.core.schemas.tenants import TenantIn, TenantOut
 
 router = APIRouter(prefix="/tenants", tags=["tenants"])
 

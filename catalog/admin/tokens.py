@@ -6,7 +6,8 @@ from fastapi import APIRouter, Response, status
 
 from catalog.admin.deps import AdminTenantDep, CatalogDep, ItemId, PrincipalDep
 from catalog.core import tokens as core
-from catalog.core.schemas import Page, TokenCreated, TokenIn, TokenOut
+from catalog.core.schemas.base import Page
+from catalog.core.schemas.tokens import TokenCreated, TokenIn, TokenOut
 
 router = APIRouter(prefix="/tenants/{slug}/tokens", tags=["tokens"])
 

@@ -10,7 +10,8 @@ from catalog.admin.deps import AdminTenantDep, CatalogDep, Cursor, LimitDep, Pri
 from catalog.admin.resources import MimeFilter
 from catalog.core import resources as core
 from catalog.core.resources import ListingFilter
-from catalog.core.schemas import Page, Tag, TreeEntryOut, UriPrefix
+from catalog.core.schemas.base import Page, Tag, UriPrefix
+from catalog.core.schemas.resources import TreeEntryOut
 
 router = APIRouter(prefix="/tenants/{slug}", tags=["resources"])
 

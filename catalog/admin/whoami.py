@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from catalog.admin.deps import AnyAdminDep
-from catalog.core.schemas import WhoAmIOut
+from catalog.core.schemas.tokens import WhoAmIOut
 
 router = APIRouter(tags=["identity"])
 

@@ -18,9 +18,9 @@ from starlette.types import Scope
 from catalog.auth.challenges import ADMIN_RESOURCE, MCP_RESOURCE
 from catalog.auth.jwt import jwt_verifier, looks_like_jwt
 from catalog.auth.quotas import authentication_failed, authentication_succeeded
+from catalog.core.catalog import Catalog
 from catalog.core.errors import Unauthenticated
 from catalog.core.principal import Principal
-from catalog.core.service import Catalog
 from catalog.core.tenants import find_tenant
 from catalog.core.tokens import token_principal
 

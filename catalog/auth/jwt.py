@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from catalog.auth.challenges import MCP_RESOURCE, accepted_audiences, canonical_url
+from catalog.core.catalog import Catalog
 from catalog.core.errors import Unauthenticated, Unavailable
 from catalog.core.principal import Principal
-from catalog.core.service import Catalog
 
 if TYPE_CHECKING:
     # PyJWT (and the parts of cryptography it loads, 0.03 s) is imported when a JWT is first

@@ -19,7 +19,7 @@ from typing import IO, TYPE_CHECKING
 from catalog.cli.common import Commands, command, err
 
 if TYPE_CHECKING:
-    from catalog.core.service import Catalog
+    from catalog.core.catalog import Catalog
 
 GZIP_MAGIC = b"\x1f\x8b"
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from catalog.settings import ConfigError, Settings, first_line, get_settings
 
 if TYPE_CHECKING:
-    from catalog.core.service import Catalog
+    from catalog.core.catalog import Catalog
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2

@@ -9,8 +9,8 @@ from catalog.cli.common import Commands, command, err, iso, row, usage
 from catalog.settings import ConfigError
 
 if TYPE_CHECKING:
-    from catalog.core.schemas import GrantOut
-    from catalog.core.service import Catalog
+    from catalog.core.catalog import Catalog
+    from catalog.core.schemas.grants import GrantOut
 
 
 def add_commands(commands: Commands) -> None:
@@ -60,7 +60,7 @@ async def _add(catalog: Catalog, args: argparse.Namespace) -> int:
 
     from catalog.core.grants import create_grant
     from catalog.core.principal import Principal
-    from catalog.core.schemas import GrantIn
+    from catalog.core.schemas.grants import GrantIn
     from catalog.core.tenants import get_tenant
     from catalog.core.transfer.items import validation_reason
 

@@ -10,7 +10,7 @@ from catalog.cli.common import Commands, command, err, iso, row, usage
 from catalog.settings import ConfigError
 
 if TYPE_CHECKING:
-    from catalog.core.service import Catalog
+    from catalog.core.catalog import Catalog
 
 
 def add_commands(commands: Commands) -> None:
@@ -72,7 +72,7 @@ async def _add(catalog: Catalog, args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from catalog.core.principal import Principal
-    from catalog.core.schemas import TemplateIn
+    from catalog.core.schemas.templates import TemplateIn
     from catalog.core.templates import create_template
     from catalog.core.tenants import get_tenant
     from catalog.core.transfer.items import validation_reason

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from catalog.cli.common import Commands, command, confirm, err, iso, row, usage
 
 if TYPE_CHECKING:
-    from catalog.core.service import Catalog
+    from catalog.core.catalog import Catalog
 
 
 def add_commands(commands: Commands) -> None:

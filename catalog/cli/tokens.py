@@ -10,8 +10,8 @@ from catalog.cli.common import Commands, command, err, iso, row, usage
 from catalog.settings import ConfigError
 
 if TYPE_CHECKING:
-    from catalog.core.schemas import TokenOut
-    from catalog.core.service import Catalog
+    from catalog.core.catalog import Catalog
+    from catalog.core.schemas.tokens import TokenOut
 
 
 def add_commands(commands: Commands) -> None:
@@ -54,7 +54,7 @@ async def _create(catalog: Catalog, args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from catalog.core.principal import Principal
-    from catalog.core.schemas import TokenIn
+    from catalog.core.schemas.tokens import TokenIn
     from catalog.core.tenants import get_tenant
     from catalog.core.tokens import create_token
     from catalog.core.transfer.items import validation_reason

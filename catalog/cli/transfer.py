@@ -19,7 +19,7 @@ from catalog.cli.common import EXIT_FAILED, Commands, command, err
 from catalog.settings import ConfigError, get_settings
 
 if TYPE_CHECKING:
-    from catalog.core.service import Catalog
+    from catalog.core.catalog import Catalog
     from catalog.core.transfer.items import Item, Problem
 
 

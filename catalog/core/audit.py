@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from catalog.core.catalog import Catalog
 from catalog.core.cursors import InvalidCursor, decode_cursor, encode_cursor
 from catalog.core.principal import Principal
-from catalog.core.schemas import AuditEntryOut, PlatformAuditEntryOut
-from catalog.core.service import Catalog
+from catalog.core.schemas.audit import AuditEntryOut, PlatformAuditEntryOut
 from catalog.core.visibility import principal_fingerprint
 from catalog.db.bulk import insert_rows
 from catalog.db.engine import TenantScope, transaction

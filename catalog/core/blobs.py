@@ -20,9 +20,9 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.audit import AuditEntry, record_audit
+from catalog.core.catalog import Catalog
 from catalog.core.errors import TooLarge
 from catalog.core.principal import Principal
-from catalog.core.service import Catalog
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import blobs
 

@@ -21,8 +21,8 @@ from typing import Literal
 
 from sqlalchemy import func, select
 
-from catalog.core.schemas import ChangeOut, ChangesPage
-from catalog.core.service import Catalog
+from catalog.core.catalog import Catalog
+from catalog.core.schemas.audit import ChangeOut, ChangesPage
 from catalog.core.tenants import Tenant
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import change_feed

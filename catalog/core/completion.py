@@ -48,6 +48,7 @@ from sqlalchemy import (
     true,
 )
 
+from catalog.core.catalog import Catalog
 from catalog.core.errors import InvalidInput, NotFound
 from catalog.core.principal import Principal
 from catalog.core.reading import (
@@ -57,8 +58,8 @@ from catalog.core.reading import (
     standing_of,
     tenant_of,
 )
-from catalog.core.service import Catalog
-from catalog.core.uri_templates import InvalidTemplate, completion_candidates, parse_template
+from catalog.core.uri_templates.completion import completion_candidates
+from catalog.core.uri_templates.parsing import InvalidTemplate, parse_template
 from catalog.core.visibility import Visibility, load_visibility
 from catalog.db.engine import TenantScope, scoped_driver, transaction
 from catalog.db.models import resources, templates

@@ -8,11 +8,11 @@ from sqlalchemy import Row, delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from catalog.core.audit import AuditEntry, digest, record_audit
+from catalog.core.catalog import Catalog
 from catalog.core.errors import Conflict, NotFound
 from catalog.core.principal import Principal
 from catalog.core.resources import listing_clause
-from catalog.core.schemas import GrantCreated, GrantIn, GrantOut, GrantPreviewItem, GrantPreviewOut
-from catalog.core.service import Catalog
+from catalog.core.schemas.grants import GrantCreated, GrantIn, GrantOut, GrantPreviewItem, GrantPreviewOut
 from catalog.core.tenants import Tenant
 from catalog.core.visibility import load_visibility
 from catalog.db.engine import TenantScope, transaction

@@ -45,6 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core import blobs as blob_store
 from catalog.core.audit import AuditEntry, record_audit
+from catalog.core.catalog import Catalog
 from catalog.core.cursors import InvalidCursor
 from catalog.core.errors import Forbidden, InvalidInput, NotFound
 from catalog.core.principal import Principal
@@ -59,11 +60,12 @@ from catalog.core.resources import (
     record_from_row,
     visible_page,
 )
-from catalog.core.schemas import DIRECTORY_MIME_TYPE, ConsentPurpose
-from catalog.core.service import Catalog
+from catalog.core.schemas.base import DIRECTORY_MIME_TYPE, ConsentPurpose
 from catalog.core.templates import TemplateRecord, template_from_row, template_page
 from catalog.core.tokens import hash_token, is_opaque_token
-from catalog.core.uri_templates import match, parse_template, render_body
+from catalog.core.uri_templates.bodies import render_body
+from catalog.core.uri_templates.matching import match
+from catalog.core.uri_templates.parsing import parse_template
 from catalog.core.uris import (
     InvalidUri,
     descendant_prefix,

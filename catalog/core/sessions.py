@@ -29,8 +29,8 @@ from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from catalog.core.catalog import Catalog
 from catalog.core.principal import Principal
-from catalog.core.service import Catalog
 from catalog.db.engine import SESSIONS_CHANNEL, TenantScope, transaction
 from catalog.db.models import mcp_session_requests, mcp_sessions
 

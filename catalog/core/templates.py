@@ -11,27 +11,22 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.audit import AuditEntry, digest, record_audit
+from catalog.core.catalog import Catalog
 from catalog.core.cursors import decode_cursor, encode_cursor
 from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound
 from catalog.core.principal import Principal
-from catalog.core.schemas import (
+from catalog.core.schemas.base import column_values
+from catalog.core.schemas.templates import (
     TemplateIn,
     TemplateOut,
     TemplatePatch,
     TemplatePreviewIn,
     TemplatePreviewOut,
-    column_values,
 )
-from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
-from catalog.core.uri_templates import (
-    InvalidTemplate,
-    ParsedTemplate,
-    check_readable,
-    parse_template,
-    render_body,
-    validate_body,
-)
+from catalog.core.uri_templates.bodies import render_body, validate_body
+from catalog.core.uri_templates.matching import check_readable
+from catalog.core.uri_templates.parsing import InvalidTemplate, ParsedTemplate, parse_template
 from catalog.core.visibility import Visibility, load_visibility
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import templates

@@ -10,10 +10,11 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from catalog.core.audit import AuditEntry, digest, record_platform_audit
+from catalog.core.catalog import Catalog
 from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound
 from catalog.core.principal import Principal
-from catalog.core.schemas import TenantIn, validated
-from catalog.core.service import Catalog
+from catalog.core.schemas.base import validated
+from catalog.core.schemas.tenants import TenantIn
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import tenants
 from catalog.db.rows import from_row

@@ -17,10 +17,10 @@ from sqlalchemy import func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.audit import AuditEntry, digest, record_audit
+from catalog.core.catalog import Catalog
 from catalog.core.errors import FieldError, InvalidInput, NotFound
 from catalog.core.principal import Principal
-from catalog.core.schemas import TokenCreated, TokenIn, TokenOut
-from catalog.core.service import Catalog
+from catalog.core.schemas.tokens import TokenCreated, TokenIn, TokenOut
 from catalog.core.tenants import Tenant
 from catalog.db.engine import TenantScope, self_scoped_driver, transaction
 from catalog.db.models import tokens

@@ -39,7 +39,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.principal import Principal
-from catalog.core.uri_templates import InvalidTemplate, literal_prefix
+from catalog.core.uri_templates.parsing import InvalidTemplate, literal_prefix
 from catalog.core.uris import uri_prefix_upper_bound
 from catalog.db.models import grants
 

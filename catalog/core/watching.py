@@ -36,10 +36,10 @@ from typing import Protocol
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from catalog.core.catalog import Catalog
 from catalog.core.principal import Principal
 from catalog.core.reading import tenant_of
-from catalog.core.schemas import DIRECTORY_MIME_TYPE
-from catalog.core.service import Catalog
+from catalog.core.schemas.base import DIRECTORY_MIME_TYPE
 from catalog.core.uris import InvalidUri, is_descendant, normalize_uri
 from catalog.core.visibility import Visibility, load_visibility
 from catalog.db.engine import TenantScope, transaction

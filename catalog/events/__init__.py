@@ -22,7 +22,7 @@ from catalog.events.hub import ALL_TENANTS, ChangeEvent, CloseReason, EventHub, 
 from catalog.events.listener import ChangeListener, listener_dsn
 
 if TYPE_CHECKING:
-    from catalog.core.service import Catalog
+    from catalog.core.catalog import Catalog
 
 __all__ = [
     "ALL_TENANTS",

@@ -32,9 +32,9 @@ from catalog.auth import anonymous_principal, authenticate, authenticate_caller,
 from catalog.auth.challenges import bearer_challenge
 from catalog.auth.quotas import StreamQuotas, authentication_succeeded
 from catalog.auth.refusals import RATE_LIMITED, RequestId, refusal, request_id_of
+from catalog.core.catalog import Catalog
 from catalog.core.errors import Unauthenticated, Unavailable, database_unavailable, pool_exhausted
 from catalog.core.principal import Principal
-from catalog.core.service import Catalog
 from catalog.core.tokens import is_opaque_token
 from catalog.mcp.context import MCP_PATH, PRINCIPAL_STATE_KEY, UNAVAILABLE_STATE_KEY
 from catalog.mcp.listen import refused_filter
@@ -48,7 +48,7 @@ from catalog.mcp.plain import (
 )
 from catalog.mcp.plain_listen import PlainListens
 from catalog.mcp.server import UNAVAILABLE_MESSAGE
-from catalog.mcp.sessions import LegacySessions
+from catalog.mcp.sessions.transport import SessionTransport as LegacySessions
 from catalog.observability.context import note_principal
 from catalog.observability.metrics import REFUSALS, stream_open
 from catalog.settings import Settings

@@ -23,7 +23,7 @@ LIST_TTL_MS = 10_000
 TEMPLATES_TTL_MS = 60_000
 DISCOVER_TTL_MS = 300_000
 
-LEGACY_RESOURCE_NOT_FOUND = -32002  # 2025-11-25's recommendation; the SDK has no constant for it
+RESOURCE_NOT_FOUND_2025 = -32002  # 2025-11-25's recommendation; the SDK has no constant for it
 CONSENT_DECLINED = -31001  # application-defined (outside -32768..-32000, ERR-2)
 CREDENTIAL_ENDED = -31002  # a stream's credential was revoked or expired: the stream ends with it
 
@@ -36,8 +36,9 @@ UNAVAILABLE_STATE_KEY = "catalog_database_unavailable"
 Ctx = ServerRequestContext[Any, Any]
 
 
-def is_modern(ctx: Ctx) -> bool:
-    """The era of this request: the envelope version (2026) or the 2025 session's negotiated one."""
+def is_2026(ctx: Ctx) -> bool:
+    """Whether this request is of the 2026-07-28 era (its envelope's version), not of a 2025-11-25
+    session (whichever handshake revision the session negotiated)."""
     return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
 
 
@@ -67,7 +68,7 @@ def supports_form_elicitation(ctx: Ctx) -> bool:
 
 def not_found(ctx: Ctx, uri: str) -> MCPError:
     """Missing and invisible alike: ``-32602`` at 2026-07-28 (SEP-2164), ``-32002`` in 2025 sessions."""
-    code = INVALID_PARAMS if is_modern(ctx) else LEGACY_RESOURCE_NOT_FOUND
+    code = INVALID_PARAMS if is_2026(ctx) else RESOURCE_NOT_FOUND_2025
     return MCPError(code, "Resource not found", data={"uri": uri})
 
 

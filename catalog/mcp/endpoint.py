@@ -27,13 +27,13 @@ from starlette.routing import Route
 
 from catalog.auth.challenges import ADMIN_RESOURCE, MCP_RESOURCE, PRM_PATH, protected_resource_metadata
 from catalog.auth.quotas import StreamLimits, StreamQuotas
-from catalog.core.service import Catalog
+from catalog.core.catalog import Catalog
 from catalog.mcp.asgi import McpEdge
 from catalog.mcp.context import MCP_PATH
 from catalog.mcp.listen import ListenStreams
 from catalog.mcp.plain_listen import PlainListens
 from catalog.mcp.server import build_server
-from catalog.mcp.sessions import LegacySessions
+from catalog.mcp.sessions.transport import SessionTransport
 from catalog.settings import Settings
 
 
@@ -52,7 +52,7 @@ class McpEndpoint:
         self.modern: StreamableHTTPSessionManager | None = None
         self.listen = ListenStreams(self)
         self.plain_listens = PlainListens(self)
-        self.sessions = LegacySessions(self, idle_seconds=settings.session_idle_seconds)
+        self.sessions = SessionTransport(self, idle_seconds=settings.session_idle_seconds)
         self.server = build_server(
             self, signing_key=settings.signing_key(), listen=self.listen, sessions=self.sessions
         )

@@ -16,11 +16,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
 
 from catalog.core import reading
+from catalog.core.catalog import Catalog
 from catalog.core.completion import InvalidArgument, UnknownTemplate, complete_argument
 from catalog.core.cursors import InvalidCursor
 from catalog.core.reading import Content, InvalidReadParams, ReadOutcome, ResourceNotFound
 from catalog.core.resources import ListingEntry, ResourceRecord, effective_annotations, entry_values
-from catalog.core.service import Catalog
 from catalog.core.templates import TemplateRecord
 from catalog.mcp.context import (
     CONSENT_DECLINED,
@@ -30,11 +30,11 @@ from catalog.mcp.context import (
     Ctx,
     cache_scope,
     invalid_cursor,
-    is_modern,
     not_found,
     principal_of,
     supports_form_elicitation,
 )
+from catalog.mcp.context import is_2026 as is_modern
 
 
 class CatalogSource(Protocol):

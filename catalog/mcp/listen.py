@@ -22,7 +22,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
-from catalog.core.service import Catalog
+from catalog.core.catalog import Catalog
 from catalog.core.watching import Delivery, SubscriptionsRefused, open_watch, subscription_uris
 from catalog.events.credentials import CredentialHold
 from catalog.mcp.context import CREDENTIAL_ENDED, Ctx, principal_of

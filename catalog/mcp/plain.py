@@ -45,10 +45,10 @@ from mcp.shared.inbound import (
 from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope, Send
 
+from catalog.core.catalog import Catalog
 from catalog.core.completion import plain_completion
 from catalog.core.principal import Principal
 from catalog.core.reading import Content, plain_resources_page, read_plain
-from catalog.core.service import Catalog
 from catalog.mcp.context import LIST_TTL_MS, READ_TTL_MS, cache_scope
 from catalog.mcp.handlers import listing_fields
 from catalog.observability import metrics, tracing

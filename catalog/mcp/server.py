@@ -15,8 +15,8 @@ from mcp.server.models import InitializationOptions
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 
+from catalog.core.catalog import Catalog
 from catalog.core.errors import database_unavailable
-from catalog.core.service import Catalog
 from catalog.mcp import handlers
 from catalog.mcp.context import (
     DISCOVER_TTL_MS,
@@ -28,7 +28,7 @@ from catalog.mcp.context import (
 )
 from catalog.mcp.listen import ListenStreams
 from catalog.mcp.sdk_private import sdk_tracing_middleware_index
-from catalog.mcp.sessions import LegacySessions
+from catalog.mcp.sessions.transport import SessionTransport as LegacySessions
 from catalog.observability import mcp as observability
 
 logger = logging.getLogger("catalog.mcp")

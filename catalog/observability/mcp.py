@@ -15,7 +15,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from pydantic import ValidationError
 
-from catalog.mcp.context import Ctx, is_modern
+from catalog.mcp.context import Ctx, is_2026
 from catalog.observability import metrics, tracing
 from catalog.observability.context import note_mcp, record_of
 
@@ -36,7 +36,7 @@ async def observe_mcp(ctx: Ctx, call_next: CallNext) -> HandlerResult:
         raise
     finally:
         method = metrics.method_label(ctx.method)
-        era = "2026" if is_modern(ctx) else "2025"
+        era = "2026" if is_2026(ctx) else "2025"
         metrics.MCP_REQUESTS.labels(method, era, "result" if code is None else str(code)).inc()
         metrics.MCP_DURATION.labels(method, era).observe(time.perf_counter() - started)
         scope = ctx.request.scope if ctx.request is not None else None

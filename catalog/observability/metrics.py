@@ -251,8 +251,9 @@ def _checked_in(dbapi_connection: object, record: Any) -> None:
 
 
 @contextlib.contextmanager
-def stream_open(modern: bool) -> Any:
-    gauge = STREAMS_OPEN.labels("listen" if modern else "session")
+def stream_open(is_2026: bool) -> Any:
+    """Counts an open stream: a 2026-07-28 listen, or a 2025-11-25 session's GET stream."""
+    gauge = STREAMS_OPEN.labels("listen" if is_2026 else "session")
     gauge.inc()
     try:
         yield

@@ -11,8 +11,8 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.backup.format import CHUNK, FORMAT, BackupCounts, encode_line, iso
+from catalog.core.catalog import Catalog
 from catalog.core.resources import record_from_row
-from catalog.core.service import Catalog
 from catalog.core.templates import template_from_row
 from catalog.core.tenants import Tenant
 from catalog.db.engine import TenantScope, bind_scope, transaction

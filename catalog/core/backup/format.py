@@ -12,18 +12,11 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError, model_validator
 
 from catalog.core.errors import InvalidInput
-from catalog.core.schemas import (
-    AwareDatetime,
-    GrantIn,
-    MimeType,
-    Model,
-    ResourceFields,
-    ResourceIn,
-    ShortText,
-    TemplateIn,
-    TokenIn,
-    Uri,
-)
+from catalog.core.schemas.base import AwareDatetime, MimeType, Model, ShortText, Uri
+from catalog.core.schemas.grants import GrantIn
+from catalog.core.schemas.resources import ResourceFields, ResourceIn
+from catalog.core.schemas.templates import TemplateIn
+from catalog.core.schemas.tokens import TokenIn
 
 FORMAT = 1
 CHUNK = 256 * 1024  # blob bytes per chunk line (before base64)

@@ -35,21 +35,18 @@ from catalog.core.backup.format import (
     VersionLine,
     iso,
 )
+from catalog.core.catalog import Catalog
 from catalog.core.errors import CatalogError
 from catalog.core.jsonlines import BadJson, max_line_bytes, parse_json, read_line, too_long
 from catalog.core.principal import Principal
 from catalog.core.resources import METADATA_FIELDS as RESOURCE_FIELDS
 from catalog.core.resources.writer import PastVersion, restore_versions
 from catalog.core.resources.writes import text_size
-from catalog.core.schemas import (
-    Model,
-    column_values,
-)
-from catalog.core.service import Catalog
+from catalog.core.schemas.base import Model, column_values
 from catalog.core.templates import METADATA_FIELDS as TEMPLATE_FIELDS
 from catalog.core.tenants import Tenant, create_tenant, delete_tenant
 from catalog.core.tokens import generate_token, hash_token
-from catalog.core.uri_templates import InvalidTemplate, parse_template
+from catalog.core.uri_templates.parsing import InvalidTemplate, parse_template
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import blobs, grants, resources, templates, tokens
 

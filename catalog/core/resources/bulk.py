@@ -34,12 +34,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from catalog.core import blobs as blob_store
+from catalog.core.catalog import Catalog
 from catalog.core.principal import Principal
 from catalog.core.resources.record import METADATA_FIELDS, content_digest, snapshot_of
 from catalog.core.resources.writer import Key, apply_sql, differs
 from catalog.core.resources.writes import check_directory, no_such_blob, text_size
-from catalog.core.schemas import ResourceIn, column_values
-from catalog.core.service import Catalog
+from catalog.core.schemas.base import column_values
+from catalog.core.schemas.resources import ResourceIn
 from catalog.core.tenants import Tenant
 from catalog.db.engine import TenantScope, transaction
 

@@ -6,13 +6,13 @@ from typing import Any
 
 from sqlalchemy import Row
 
+from catalog.core.catalog import Catalog
 from catalog.core.errors import NotFound
 from catalog.core.principal import Principal
 from catalog.core.resources import repository as rows
 from catalog.core.resources.record import METADATA_FIELDS, ResourceRecord
 from catalog.core.resources.writes import check_precondition, update_row
-from catalog.core.schemas import ResourceIn
-from catalog.core.service import Catalog
+from catalog.core.schemas.resources import ResourceIn
 from catalog.core.tenants import Tenant
 from catalog.db.engine import TenantScope, transaction
 

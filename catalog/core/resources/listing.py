@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core import blobs as blob_store
+from catalog.core.catalog import Catalog
 from catalog.core.errors import NotFound
 from catalog.core.principal import Principal
 from catalog.core.resources import repository as rows
@@ -15,7 +16,6 @@ from catalog.core.resources.paging import DEFAULT_PAGE, page_of, page_start
 from catalog.core.resources.record import ListingEntry, ListingValues, ResourceRecord
 from catalog.core.resources.repository import NO_FILTER, ListingFilter
 from catalog.core.resources.search import search_page
-from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.core.visibility import Visibility, load_visibility
 from catalog.db.engine import TenantScope, self_scoped_driver, transaction

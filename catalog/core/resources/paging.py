@@ -6,9 +6,9 @@ import operator
 from collections.abc import Callable
 from typing import TypeVar
 
+from catalog.core.catalog import Catalog
 from catalog.core.cursors import decode_cursor, encode_cursor
 from catalog.core.resources.repository import NO_FILTER, ListingFilter
-from catalog.core.service import Catalog
 from catalog.core.visibility import Visibility
 
 MAX_PAGE = 1000

@@ -12,7 +12,8 @@ from datetime import datetime
 from typing import Any
 
 from catalog.core.audit import digest
-from catalog.core.schemas import DIRECTORY_MIME_TYPE, ResourceOut
+from catalog.core.schemas.base import DIRECTORY_MIME_TYPE
+from catalog.core.schemas.resources import ResourceOut
 from catalog.db.rows import from_row
 
 # The columns a curator's body sets (everything but content, which is resolved apart).

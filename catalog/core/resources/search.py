@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from catalog.core.catalog import Catalog
 from catalog.core.errors import InvalidInput
 from catalog.core.resources import repository as rows
 from catalog.core.resources.paging import cursor_after
 from catalog.core.resources.record import ResourceRecord
 from catalog.core.resources.repository import ListingFilter
-from catalog.core.service import Catalog
 from catalog.core.visibility import Visibility
 
 _METADATA_TIER, _TEXT_TIER = "m", "t"

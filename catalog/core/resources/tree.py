@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from catalog.core.catalog import Catalog
 from catalog.core.cursors import decode_cursor, encode_cursor
 from catalog.core.principal import Principal
 from catalog.core.resources import repository as rows
 from catalog.core.resources.paging import DEFAULT_PAGE
 from catalog.core.resources.record import ResourceRecord
 from catalog.core.resources.repository import NO_FILTER, ListingFilter
-from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.core.uris import uri_prefix_upper_bound
 from catalog.core.visibility import load_visibility

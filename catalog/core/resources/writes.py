@@ -23,13 +23,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core import blobs as blob_store
 from catalog.core.audit import AuditEntry, record_audit
+from catalog.core.catalog import Catalog
 from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound, PreconditionFailed, TooLarge
 from catalog.core.principal import Principal
 from catalog.core.resources import repository as rows
 from catalog.core.resources.record import METADATA_FIELDS, ResourceRecord
 from catalog.core.resources.writer import WRITTEN, Key, apply_rows, staged_row
-from catalog.core.schemas import DIRECTORY_MIME_TYPE, ResourceIn, ResourcePatch, column_values
-from catalog.core.service import Catalog
+from catalog.core.schemas.base import DIRECTORY_MIME_TYPE, column_values
+from catalog.core.schemas.resources import ResourceIn, ResourcePatch
 from catalog.core.tenants import Tenant
 from catalog.db.engine import TenantScope, transaction
 

@@ -17,7 +17,8 @@ from urllib.parse import quote
 import pathspec
 from pydantic import ValidationError
 
-from catalog.core.schemas import DIRECTORY_MIME_TYPE, ResourceIn
+from catalog.core.schemas.base import DIRECTORY_MIME_TYPE
+from catalog.core.schemas.resources import ResourceIn
 from catalog.core.transfer.items import Item, Problem, validation_reason
 from catalog.core.transfer.mime import guess_mime_type
 from catalog.core.uris import InvalidUri, normalize_uri

@@ -9,9 +9,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from catalog.core.catalog import Catalog
 from catalog.core.principal import Principal
 from catalog.core.resources import MAX_PAGE, ResourceRecord, list_page
-from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.core.visibility import load_visibility
 from catalog.db.engine import TenantScope, transaction

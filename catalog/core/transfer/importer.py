@@ -15,12 +15,12 @@ from typing import IO, TypeVar
 from sqlalchemy import text
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 
+from catalog.core.catalog import Catalog
 from catalog.core.errors import CatalogError
 from catalog.core.jsonlines import max_line_bytes
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_many
 from catalog.core.resources.bulk import BulkResult, Prepared, StartOver, prepare, upsert_all
-from catalog.core.service import Catalog
 from catalog.core.tenants import Tenant
 from catalog.core.transfer.items import ImportReport, Item, Problem
 from catalog.core.transfer.jsonl import jsonl_chunks, jsonl_item

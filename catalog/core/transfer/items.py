@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from catalog.core.schemas import ResourceIn
+from catalog.core.schemas.resources import ResourceIn
 
 
 @dataclass(frozen=True)

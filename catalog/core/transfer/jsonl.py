@@ -9,7 +9,7 @@ from typing import IO
 from pydantic import ValidationError
 
 from catalog.core.jsonlines import BadJson, bounded_lines, max_line_bytes, parse_json, too_long
-from catalog.core.schemas import ResourceIn
+from catalog.core.schemas.resources import ResourceIn
 from catalog.core.transfer.items import Item, Problem, validation_reason
 
 

@@ -1,4 +1,5 @@
-"""The catalogue's shared context: engine, settings, signing key; what every operation is handed."""
+"""The catalogue itself: engine, settings, signing key, the live parts of this process; what every
+operation is handed."""
 
 from __future__ import annotations
 
