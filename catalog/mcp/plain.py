@@ -66,8 +66,8 @@ PARAMS = {
 }
 # The handlers' cache hints (``catalog.mcp.server``): completion has none.
 TTL_MS = {READ: READ_TTL_MS, LIST: LIST_TTL_MS}
-# The envelope keys a plain request may carry. Trace context (W3C, spec 1.1) is among them: this
-# path runs only while catalog's tracing is off, when the SDK would record nothing of it either.
+# The envelope keys a plain request may carry. Trace context (W3C, spec 1.1) is among them: with
+# tracing on, this path's method span follows it as the SDK's does (``tracing.mcp_method_span``).
 ENVELOPE_KEYS = frozenset(
     {
         "io.modelcontextprotocol/protocolVersion",
@@ -93,17 +93,13 @@ class PlainRequest:
     partial: str = ""
     context: dict[str, str] | None = None
     notifications: types.SubscriptionFilter | None = None  # subscriptions/listen
+    meta: dict[str, Any] | None = None  # the envelope (``_meta``): its trace context, for the span
 
 
 def names_plain_method(scope: Scope) -> bool:
     """A modern POST whose ``Mcp-Method`` header names a method this path may answer: worth
     reading the body for (the edge has already decided the request is modern)."""
     return scope.get("method") == "POST" and Headers(scope=scope).get(MCP_METHOD_HEADER) in PARAMS
-
-
-def plain_answers_enabled() -> bool:
-    """Off while tracing: a traced request should show the SDK's spans (method, handler, SQL)."""
-    return tracing.tracer() is None
 
 
 def _accepted(accept: str) -> tuple[bool, bool]:
@@ -151,10 +147,12 @@ def plain_request(scope: Scope, body: bytes) -> PlainRequest | None:
         return None
     if method == READ:
         uri = params.get("uri")
-        return PlainRequest(method, request_id, uri=uri) if isinstance(uri, str) else None
+        return PlainRequest(method, request_id, uri=uri, meta=envelope) if isinstance(uri, str) else None
     if method == LIST:
         cursor = params.get("cursor")
-        return PlainRequest(method, request_id, cursor=cursor) if isinstance(cursor, str | None) else None
+        if not isinstance(cursor, str | None):
+            return None
+        return PlainRequest(method, request_id, cursor=cursor, meta=envelope)
     if method == LISTEN:
         return _listen_request(request_id, params) if accepts_sse else None
     return _completion_request(request_id, params)
@@ -195,6 +193,7 @@ def _completion_request(request_id: str | int, params: dict[str, Any]) -> PlainR
         argument=argument["name"],
         partial=argument["value"],
         context=known,
+        meta=params["_meta"],
     )
 
 
@@ -213,7 +212,12 @@ def _listen_request(request_id: str | int, params: dict[str, Any]) -> PlainReque
     uris = requested.get("resourceSubscriptions")
     if uris is not None and not (isinstance(uris, list) and all(isinstance(uri, str) for uri in uris)):
         return None
-    return PlainRequest(LISTEN, request_id, notifications=types.SubscriptionFilter.model_validate(requested))
+    return PlainRequest(
+        LISTEN,
+        request_id,
+        notifications=types.SubscriptionFilter.model_validate(requested),
+        meta=params["_meta"],
+    )
 
 
 def content_fields(content: Content) -> dict[str, Any]:
@@ -306,7 +310,8 @@ async def answer_plain(
     """Answer ``request``; the principal it was answered for, or None (nothing sent) when the full
     path must answer."""
     started = time.perf_counter()
-    answered = await plain_answer(catalog, request, token=token, principal=principal)
+    with tracing.mcp_method_span(request.method, request.request_id, request.meta or {}):
+        answered = await plain_answer(catalog, request, token=token, principal=principal)
     if answered is None:
         return None
     principal, result = answered
