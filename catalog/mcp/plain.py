@@ -42,6 +42,8 @@ from mcp.shared.inbound import (
     classify_inbound_request,
     find_duplicated_routing_header,
 )
+from mcp_types import PROTOCOL_VERSION_META_KEY
+from mcp_types.methods import validate_client_request
 from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope, Send
 
@@ -144,6 +146,12 @@ def plain_request(scope: Scope, body: bytes) -> PlainRequest | None:
     if not isinstance(envelope, dict) or not envelope.keys() <= ENVELOPE_KEYS:
         return None  # a progress token or anything else: the SDK's to interpret
     if not isinstance(classify_inbound_request(message, headers=dict(headers)), InboundModernRoute):
+        return None
+    try:
+        # The SDK's own check of the params for this method and version (its runner's first step):
+        # what it refuses, ``clientCapabilities: 5`` say, is refused by it, not answered here.
+        validate_client_request(method, envelope[PROTOCOL_VERSION_META_KEY], params)
+    except (ValueError, KeyError):  # a pydantic ValidationError is a ValueError
         return None
     if method == READ:
         uri = params.get("uri")
