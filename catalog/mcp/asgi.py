@@ -48,7 +48,7 @@ from catalog.mcp.plain import (
 from catalog.mcp.plain_listen import PlainListens
 from catalog.mcp.server import UNAVAILABLE_MESSAGE
 from catalog.mcp.sessions import LegacySessions
-from catalog.mcp.shadow import Captured, Teeing, compare, sdk_failed, shadow_scope
+from catalog.mcp.shadow import Captured, compare, sdk_failed, shadow_scope
 from catalog.observability import tracing
 from catalog.observability.context import note_principal
 from catalog.observability.metrics import REFUSALS, stream_open
@@ -238,11 +238,12 @@ class McpEdge:
     async def _shadowed(
         self, catalog: Catalog, scope: Scope, body: bytes, receive: Receive, send: Send
     ) -> bool:
-        """``CATALOG_MCP_FAST_PATH=shadow`` (``catalog.mcp.shadow``): answer on the fast path, then
-        run the same request on the SDK path without sending its answer, and compare the two."""
-        fast = Teeing(send)
+        """``CATALOG_MCP_FAST_PATH=shadow`` (``catalog.mcp.shadow``): answer on the fast path, run
+        the same request on the SDK path without sending its answer, compare the two, then send the
+        fast path's answer (so a difference is logged and counted before its client reads on)."""
+        fast = Captured()
         if not await self._plain(catalog, scope, body, fast):
-            return False
+            return False  # nothing was sent: the SDK path answers
         method = Headers(scope=scope).get(MCP_METHOD_HEADER) or ""  # the body's (HTTP-8)
         sdk = Captured()
         try:
@@ -251,6 +252,7 @@ class McpEdge:
             sdk_failed(method, exc)
         else:
             compare(method, fast, sdk)
+        await fast.send_to(send)
         return True
 
     async def _plain(self, catalog: Catalog, scope: Scope, body: bytes, send: Send) -> bool:

@@ -2,10 +2,11 @@
 
 The fast path (``catalog.mcp.plain``) must answer exactly as the SDK's handlers would: the same
 JSON-RPC response, byte for byte once serialised canonically. In shadow mode the edge
-(``catalog.mcp.asgi``) sends the fast path's answer, then runs the same request through the SDK
-path with a copy of its ASGI scope and keeps that answer here instead of sending it; any
-difference is logged at WARNING, starting with :data:`MARKER` (the tests fail a served process that
-prints it), and counted in ``catalog_mcp_fast_path_differences_total{method}``.
+(``catalog.mcp.asgi``) lets the fast path answer into a buffer, runs the same request through the
+SDK path with a copy of its ASGI scope (its answer kept, never sent), compares the two, and only
+then sends the fast path's answer: a request costs both paths, and when its client has the answer,
+any difference is already logged at WARNING, starting with :data:`MARKER` (the tests fail a served
+process that prints it), and counted in ``catalog_mcp_fast_path_differences_total{method}``.
 
 The second run must change nothing that matters: the requests shadowed are reads, list pages and
 completions, which write nothing (a read needing consent is never answered on the fast path); the
@@ -23,7 +24,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.types import Message, Scope
+from starlette.types import Message, Scope, Send
 
 from catalog.auth.quotas import CALLER_SCOPE_KEY
 from catalog.mcp.context import PRINCIPAL_STATE_KEY, SHADOW_STATE_KEY, UNAVAILABLE_STATE_KEY
@@ -41,30 +42,22 @@ _MAX_VALUE = 120
 class Captured:
     """``send`` that keeps an HTTP response instead of sending it."""
 
-    status: int | None = None
-    chunks: list[bytes] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
 
     async def __call__(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            self.status = message["status"]
-        elif message["type"] == "http.response.body":
-            self.chunks.append(message.get("body", b""))
+        self.messages.append(message)
+
+    @property
+    def status(self) -> int | None:
+        return next((m["status"] for m in self.messages if m["type"] == "http.response.start"), None)
 
     @property
     def body(self) -> bytes:
-        return b"".join(self.chunks)
+        return b"".join(m.get("body", b"") for m in self.messages if m["type"] == "http.response.body")
 
-
-class Teeing(Captured):
-    """``send`` that sends, keeping a copy."""
-
-    def __init__(self, send: Any) -> None:
-        super().__init__()
-        self._send = send
-
-    async def __call__(self, message: Message) -> None:
-        await super().__call__(message)
-        await self._send(message)
+    async def send_to(self, send: Send) -> None:
+        for message in self.messages:
+            await send(message)
 
 
 def shadow_scope(scope: Scope) -> Scope:
