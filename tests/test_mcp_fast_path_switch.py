@@ -123,7 +123,10 @@ def test_shadow_logs_and_counts_a_difference_with_its_method_and_where_it_is(
     srv: Served, mode: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     mode("shadow")
-    monkeypatch.setitem(plain.TTL_MS, "resources/read", 1)  # a fast path gone wrong
+    shared = plain.cache_hints  # a fast path gone wrong: its own cache hints, not the shared ones
+    monkeypatch.setattr(
+        plain, "cache_hints", lambda method, principal: {**shared(method, principal), "ttlMs": 1}
+    )
     _, _, different = read_counters()
     before = value(different)
     with caplog.at_level(logging.WARNING, logger="catalog.mcp.shadow"):

@@ -26,7 +26,6 @@ author. ``catalog_mcp_plain_answers_total{method}`` counts what was answered her
 
 from __future__ import annotations
 
-import base64
 import functools
 import json
 import time
@@ -49,10 +48,10 @@ from starlette.types import Message, Receive, Scope, Send
 
 from catalog.core.completion import plain_completion
 from catalog.core.principal import Principal
-from catalog.core.reading import Content, plain_resources_page, read_plain
+from catalog.core.reading import plain_resources_page, read_plain
 from catalog.core.service import Catalog
-from catalog.mcp.context import LIST_TTL_MS, READ_TTL_MS, cache_scope
 from catalog.mcp.handlers import listing_fields
+from catalog.mcp.results import cache_hints, completion_fields, content_fields, stamped
 from catalog.observability import metrics, tracing
 from catalog.observability.context import note_mcp, note_principal
 
@@ -66,8 +65,6 @@ PARAMS = {
     COMPLETE: frozenset({"_meta", "ref", "argument", "context"}),
     LISTEN: frozenset({"_meta", "notifications"}),
 }
-# The handlers' cache hints (``catalog.mcp.server``): completion has none.
-TTL_MS = {READ: READ_TTL_MS, LIST: LIST_TTL_MS}
 # The envelope keys a plain request may carry. Trace context (W3C, spec 1.1) is among them: with
 # tracing on, this path's method span follows it as the SDK's does (``tracing.mcp_method_span``).
 ENVELOPE_KEYS = frozenset(
@@ -81,7 +78,6 @@ ENVELOPE_KEYS = frozenset(
         "baggage",
     }
 )
-SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
 _RESPONSE_HEADERS = [(b"content-type", CONTENT_TYPE_JSON.encode())]
 
 
@@ -228,29 +224,13 @@ def _listen_request(request_id: str | int, params: dict[str, Any]) -> PlainReque
     )
 
 
-def content_fields(content: Content) -> dict[str, Any]:
-    """One ``resources/read`` content item on the wire (``handlers.to_contents``' fields)."""
-    item: dict[str, Any] = {"uri": content.uri}
-    if content.mime_type is not None:
-        item["mimeType"] = content.mime_type
-    if content.blob is not None:
-        item["blob"] = base64.b64encode(content.blob).decode()
-    else:
-        item["text"] = content.text
-    return item
-
-
 def response_body(
     request: PlainRequest, result: dict[str, Any], principal: Principal, server_info: dict[str, Any]
 ) -> bytes:
     """The JSON-RPC response the SDK sends for ``result`` after its serialisation (the handlers'
-    cache hints, ``resultType``, the ``serverInfo`` stamp)."""
-    if request.method in TTL_MS:
-        result["ttlMs"] = TTL_MS[request.method]
-        result["cacheScope"] = cache_scope(principal)
-    result["resultType"] = "complete"
-    result["_meta"] = {SERVER_INFO_KEY: server_info}
-    response = {"jsonrpc": "2.0", "id": request.request_id, "result": result}
+    cache hints, ``resultType``, the ``serverInfo`` stamp: ``catalog.mcp.results``)."""
+    result.update(cache_hints(request.method, principal))
+    response = {"jsonrpc": "2.0", "id": request.request_id, "result": stamped(result, server_info)}
     try:
         return orjson.dumps(response)  # a page of a hundred resources: several times json's speed
     except TypeError:  # an integer beyond 64 bits in some ``_meta``: the standard library writes it
@@ -286,13 +266,10 @@ async def plain_answer(
     )
     if completed is None:
         return None
-    completion: dict[str, Any] = {
-        "values": completed.completion.values,
-        "hasMore": completed.completion.has_more,
+    completion = completed.completion
+    return completed.principal, {
+        "completion": completion_fields(completion.values, completion.has_more, completion.total)
     }
-    if completed.completion.total is not None:
-        completion["total"] = completed.completion.total
-    return completed.principal, {"completion": completion}
 
 
 @functools.cache
