@@ -9,8 +9,9 @@ the database's share is a tenth of that. Here a request that is *plainly* valid 
    a JSON body and a JSON ``Accept``, no routing header twice, the body one request for
    ``resources/read`` (only ``uri``), ``resources/list`` (at most a ``cursor``) or
    ``completion/complete`` (a resource template's argument, string values only) whose envelope,
-   version, method and name pass the SDK's own ladder (``classify_inbound_request``), no progress
-   token or other envelope key the SDK would act on.
+   version, method and name pass the SDK's own ladder (``classify_inbound_request``) and its own
+   check of the params (``validate_client_request``: a ``clientCapabilities`` that is not an
+   object, say), no progress token or other envelope key the SDK would act on.
 2. The core authenticates and loads the grants in one statement (for a read, the row too; for a
    list page or a completion of a credential seen before, the page or the scan's first statement
    too) and applies the one visibility rule (``read_plain``, ``plain_resources_page``,
@@ -20,7 +21,9 @@ the database's share is a tenth of that. Here a request that is *plainly* valid 
 
 Anything else, including every refusal and every error (a missing or hidden resource, a bad cursor,
 a revoked token), goes to the SDK with the body replayed, so what a client is told then has one
-author. ``catalog_mcp_plain_answers_total{method}`` counts what was answered here
+author. ``CATALOG_MCP_FAST_PATH`` turns this path off or shadows it with the SDK's
+(``catalog.mcp.shadow``); with tracing on it opens the MCP method's span as the SDK would.
+``catalog_mcp_plain_answers_total{method}`` counts what was answered here
 (``tests/test_mcp_plain.py`` proves the path is taken and agrees with the SDK).
 """
 
