@@ -247,7 +247,8 @@ class McpEdge:
         method = Headers(scope=scope).get(MCP_METHOD_HEADER) or ""  # the body's (HTTP-8)
         sdk = Captured()
         try:
-            await self._authenticated(catalog, shadow_scope(scope), receive, sdk, body)
+            with tracing.untraced():  # the request's trace shows the answer sent, once
+                await self._authenticated(catalog, shadow_scope(scope), receive, sdk, body)
         except Exception as exc:
             sdk_failed(method, exc)
         else:

@@ -176,6 +176,31 @@ def mcp_method_span(method: str, request_id: str | int, meta: dict[str, Any]) ->
         yield
 
 
+@contextlib.contextmanager
+def untraced() -> Iterator[None]:
+    """Spans started inside are not recorded: the SDK path's second run of a request in
+    ``CATALOG_MCP_FAST_PATH=shadow`` (``catalog.mcp.shadow``), which must not show in the request's
+    trace as a second MCP method with its SQL. Their parent is an unsampled span of the current
+    trace, so the sampler (parent-based, ``OTEL_TRACES_SAMPLER``'s default) drops each of them."""
+    if _tracer is None:
+        yield
+        return
+    import random
+
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    current = trace.get_current_span().get_span_context()
+    unsampled = SpanContext(
+        current.trace_id if current.is_valid else random.getrandbits(128),
+        random.getrandbits(64),
+        is_remote=False,
+        trace_flags=TraceFlags(TraceFlags.DEFAULT),
+    )
+    with trace.use_span(NonRecordingSpan(unsampled), end_on_exit=False):
+        yield
+
+
 def set_request_attributes(span: Any, request: Any) -> None:
     span.set_attribute("catalog.request_id", request.request_id)
     if request.tenant is not None:
