@@ -104,6 +104,11 @@ class Settings(BaseSettings):
     # The longest a request waits for the issuer's JWKS (a URL, fetched in the background) when no
     # key set is known yet, or a refetch for an unknown kid is due; past it: 503 naming the key set.
     oauth_jwks_wait_seconds: float = Field(default=2.0, gt=0, le=30)
+    # Which executor answers the 2026-07-28 requests the fast path can answer (reads, list pages,
+    # completions, listens; catalog.mcp.plain): ``on`` the fast path, ``off`` the SDK's handlers,
+    # ``shadow`` the fast path, then the SDK's handlers run the same request (their answer is not
+    # sent) and every difference is logged and counted (catalog_mcp_fast_path_differences_total).
+    mcp_fast_path: Literal["on", "off", "shadow"] = "on"
     # Who may read GET /metrics: the platform admin credential, or anyone who reaches the port.
     metrics_access: Literal["admin", "open"] = "admin"
     # Server log lines: json or text; unset, JSON unless stdout is a terminal.
@@ -138,6 +143,12 @@ class Settings(BaseSettings):
     @classmethod
     def _log_format(cls, value: object) -> object:
         return value.strip().lower() or None if isinstance(value, str) else value
+
+    @field_validator("mcp_fast_path", mode="before")
+    @classmethod
+    def _mcp_fast_path(cls, value: object) -> object:
+        # Set but empty (``CATALOG_MCP_FAST_PATH=``) is the default, as for an unset variable.
+        return value.strip().lower() or "on" if isinstance(value, str) else value
 
     @field_validator("public_tenant")
     @classmethod

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import tempfile
@@ -35,6 +36,69 @@ from catalog.settings import Settings, get_settings
 from tests.admin_support import ADMIN, API, running
 
 pytest_plugins = ["pytester", "tests.failures"]
+
+
+# The MCP executor under test (``.ci/run`` runs the MCP tests with ``off`` and with ``shadow`` too);
+# read as the settings read it.
+FAST_PATH = os.environ.get("CATALOG_MCP_FAST_PATH", "").strip().lower() or "on"
+
+
+class _Differences(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "shadow_differences_expected: the test makes the fast path and the SDK path differ on purpose",
+    )
+    config.addinivalue_line(
+        "markers",
+        "fast_path: the test proves the fast path answers (it counts its answers); skipped with"
+        " CATALOG_MCP_FAST_PATH=off, where the SDK path answers everything",
+    )
+
+
+# Modules that prove the fast path itself (they count its answers): fast_path as a whole.
+FAST_PATH_MODULES = frozenset({"test_mcp_plain.py", "test_plain_listen.py"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if FAST_PATH != "off":
+        return
+    skip = pytest.mark.skip(reason="CATALOG_MCP_FAST_PATH=off: no request takes the fast path")
+    for item in items:
+        if item.get_closest_marker("fast_path") is not None or item.path.name in FAST_PATH_MODULES:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def no_shadow_difference(request: pytest.FixtureRequest) -> Iterator[None]:
+    """With ``CATALOG_MCP_FAST_PATH=shadow``, fail a test during which an app in this process (an
+    ``app`` fixture, a live server in a thread) logged a difference between the fast path's answer
+    and the SDK path's (``catalog.mcp.shadow``); served processes are checked by
+    ``tests.processes.serving``."""
+    if FAST_PATH != "shadow" or request.node.get_closest_marker("shadow_differences_expected"):
+        yield
+        return
+    handler = _Differences()
+    shadow_log = logging.getLogger("catalog.mcp.shadow")
+    level = shadow_log.level
+    shadow_log.setLevel(logging.WARNING)  # whatever a test did to the loggers above it
+    shadow_log.addHandler(handler)
+    try:
+        yield
+    finally:
+        shadow_log.removeHandler(handler)
+        shadow_log.setLevel(level)
+    assert handler.lines == [], "the fast path and the SDK path answered differently:\n" + "\n".join(
+        handler.lines
+    )
 
 
 @dataclass(frozen=True)

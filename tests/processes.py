@@ -22,14 +22,22 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
+from catalog.mcp.shadow import MARKER as SHADOW_MARKER
+
 from .conftest import free_port
 
 START_TIMEOUT = 60
 
 
+# Kept from this process's environment by :func:`catalog_env`: the executor under test (``.ci/run``
+# runs the MCP tests with ``CATALOG_MCP_FAST_PATH=off`` and ``shadow``), so served processes use it.
+KEPT_SETTINGS = ("CATALOG_MCP_FAST_PATH",)
+
+
 def catalog_env(**overrides: str) -> dict[str, str]:
-    """This process's environment without any ``CATALOG_*`` setting, plus ``overrides``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
+    """This process's environment without any ``CATALOG_*`` setting (but :data:`KEPT_SETTINGS`),
+    plus ``overrides``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_") or k in KEPT_SETTINGS}
     env.update(overrides)
     return env
 
@@ -49,6 +57,7 @@ class Served:
         self.host = host
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.output: list[str] = []
+        self.pumped = threading.Event()  # all the process printed has been read
         threading.Thread(target=self._pump, daemon=True).start()
 
     def _pump(self) -> None:
@@ -56,6 +65,7 @@ class Served:
         for line in self.process.stdout:
             self.lines.put(line)
         self.lines.put(None)
+        self.pumped.set()
 
     def wait_for(self, text: str, timeout: float = START_TIMEOUT) -> None:
         """Block until the server prints ``text`` (or fail with everything it printed)."""
@@ -105,6 +115,19 @@ def serving(*args: str, env: dict[str, str], host: str = "127.0.0.1") -> Iterato
         if process.poll() is None:
             process.kill()
             process.wait(timeout=30)
+    if env.get("CATALOG_MCP_FAST_PATH", "").strip().lower() == "shadow":
+        no_shadow_difference(served)
+
+
+def no_shadow_difference(served: Served) -> None:
+    """Fail the test if the server logged a difference between its fast path's answer and the SDK
+    path's (``CATALOG_MCP_FAST_PATH=shadow``, ``catalog.mcp.shadow``): the process has ended, so
+    everything it printed is read to its end."""
+    served.pumped.wait(timeout=30)
+    printed = served.printed()
+    if SHADOW_MARKER in printed:
+        lines = [line for line in printed.splitlines() if SHADOW_MARKER in line]
+        pytest.fail("the fast path and the SDK path answered differently:\n" + "\n".join(lines))
 
 
 def started(served: Served, workers: int = 1) -> Served:

@@ -183,3 +183,29 @@ async def test_statements_outside_any_request_are_not_traced(srv: Served, export
     future = asyncio.run_coroutine_threadsafe(listener._conn.fetchval("SELECT 1"), srv.loop)  # type: ignore[union-attr, arg-type]
     assert future.result(10) == 1
     assert [s for s in exporter.get_finished_spans() if s.name == "SELECT"] == []
+
+
+@needs_otel
+@on_session_loop
+@pytest.mark.fast_path
+async def test_tracing_on_keeps_a_plain_read_on_the_fast_path_with_the_sdks_span(
+    srv: Served, exporter: Exported
+) -> None:
+    """Issue 23 item 2: turning tracing on no longer moves traffic to the SDK path; the fast path
+    opens the MCP method's span as the SDK's middleware does (name, kind, attributes)."""
+    from opentelemetry.trace import SpanKind
+
+    from catalog.observability import metrics
+
+    exporter.clear()
+    answered = metrics.MCP_PLAIN_ANSWERS.labels("resources/read")
+    before = answered._value.get()  # type: ignore[attr-defined]
+    response = await asyncio.to_thread(raw, srv, "resources/read", {"uri": READ}, token="staff", id="traced")
+    assert response.status_code == 200 and response.json()["result"]["contents"][0]["uri"] == READ
+    assert answered._value.get() == before + 1  # type: ignore[attr-defined]
+    [method] = [s for s in exporter.finished() if s.name == "resources/read"]
+    assert method.kind is SpanKind.SERVER
+    assert method.attributes["mcp.method.name"] == "resources/read"
+    assert method.attributes["mcp.protocol.version"] == "2026-07-28"
+    assert method.attributes["jsonrpc.request.id"] == "traced"
+    assert method.attributes["catalog.tenant"] == "demo"

@@ -41,7 +41,6 @@ from catalog.mcp.listen import refused_filter
 from catalog.mcp.plain import (
     answer_plain,
     names_plain_method,
-    plain_answers_enabled,
     plain_request,
     received_body,
     replaying,
@@ -49,6 +48,8 @@ from catalog.mcp.plain import (
 from catalog.mcp.plain_listen import PlainListens
 from catalog.mcp.server import UNAVAILABLE_MESSAGE
 from catalog.mcp.sessions.transport import SessionTransport as LegacySessions
+from catalog.mcp.shadow import Captured, compare, sdk_failed, shadow_scope
+from catalog.observability import tracing
 from catalog.observability.context import note_principal
 from catalog.observability.metrics import REFUSALS, stream_open
 from catalog.settings import Settings
@@ -210,9 +211,13 @@ class McpEdge:
                 # pooled connection instead of checking out one each; taken before anything runs,
                 # so an exhausted pool is this 503, not a JSON-RPC error inside a 200.
                 async with catalog.request_connection(eager=True):
-                    plain = body is not None and names_plain_method(scope) and plain_answers_enabled()
-                    if plain and await self._plain(catalog, scope, body or b"", watched_send):
-                        return
+                    mode = self.host.settings.mcp_fast_path
+                    if body is not None and mode != "off" and names_plain_method(scope):
+                        if mode == "shadow":
+                            if await self._shadowed(catalog, scope, body, receive, watched_send):
+                                return
+                        elif await self._plain(catalog, scope, body, watched_send):
+                            return
                     await self._authenticated(catalog, scope, receive, watched_send, body)
                 return
             if is_stream_request(scope):
@@ -230,6 +235,27 @@ class McpEdge:
             logger.warning("mcp: database unavailable: %r", exc)
             await unavailable_response(pool_exhausted(exc), _id_of(body))(scope, receive, send)
 
+    async def _shadowed(
+        self, catalog: Catalog, scope: Scope, body: bytes, receive: Receive, send: Send
+    ) -> bool:
+        """``CATALOG_MCP_FAST_PATH=shadow`` (``catalog.mcp.shadow``): answer on the fast path, run
+        the same request on the SDK path without sending its answer, compare the two, then send the
+        fast path's answer (so a difference is logged and counted before its client reads on)."""
+        fast = Captured()
+        if not await self._plain(catalog, scope, body, fast):
+            return False  # nothing was sent: the SDK path answers
+        method = Headers(scope=scope).get(MCP_METHOD_HEADER) or ""  # the body's (HTTP-8)
+        sdk = Captured()
+        try:
+            with tracing.untraced():  # the request's trace shows the answer sent, once
+                await self._authenticated(catalog, shadow_scope(scope), receive, sdk, body)
+        except Exception as exc:
+            sdk_failed(method, exc)
+        else:
+            compare(method, fast, sdk)
+        await fast.send_to(send)
+        return True
+
     async def _plain(self, catalog: Catalog, scope: Scope, body: bytes, send: Send) -> bool:
         """Answer a plain read or list page (``catalog.mcp.plain``); False when the request must
         take the full path (nothing was sent then)."""
@@ -242,13 +268,17 @@ class McpEdge:
             token = request_credentials(authorization, scope.get("query_string") or b"")
             if token is None:
                 principal = await self._anonymous_principal(catalog)
-            elif not is_opaque_token(token):
-                principal = await authenticate(catalog, authorization)  # a JWT, the platform token
+            elif not is_opaque_token(token) or tracing.tracer() is not None:
+                # A JWT or the platform token; or, while tracing, any token: known before the
+                # method's span starts, every span below it carries the principal as on the SDK path.
+                principal = await authenticate(catalog, authorization)
                 token = None
         except (Unauthenticated, Unavailable):
             return False  # the full path tells the caller why
         if token is None and (principal is None or principal.tenant_id is None):
             return False
+        if principal is not None:
+            note_principal(scope, principal)  # before the method's span, which carries it
         sending = _Sending(send)
         try:
             answered = await answer_plain(
@@ -330,7 +360,8 @@ class McpEdge:
                     body is not None
                     and is_modern_request(scope)
                     and self.host.plain_listens_open
-                    and plain_answers_enabled()
+                    # A stream is not shadowed (catalog.mcp.shadow): only ``off`` sends it to the SDK.
+                    and self.host.settings.mcp_fast_path != "off"
                 ):
                     request = plain_request(scope, body)
                     if (

@@ -32,6 +32,9 @@ PRINCIPAL_STATE_KEY = "catalog_principal"
 # Where a handler's middleware notes that it answered "the database is unavailable" (``-32603``,
 # retryable), so the edge sends that answer with the status the edge's own such answers have (503).
 UNAVAILABLE_STATE_KEY = "catalog_database_unavailable"
+# Where the SDK path's second run of a request the fast path answered says it is one
+# (``CATALOG_MCP_FAST_PATH=shadow``, ``catalog.mcp.shadow``): observed once, not twice.
+SHADOW_STATE_KEY = "catalog_shadow"
 
 Ctx = ServerRequestContext[Any, Any]
 

@@ -7,7 +7,9 @@ both eras, GET/DELETE for 2025-11-25 sessions; never ``mount()``, which would re
 
 Module map of the package: ``context`` (what a handler knows about its request), ``handlers`` (thin
 translations to ``catalog.core``), ``listen`` (2026-07-28 ``subscriptions/listen`` through the SDK),
-``plain`` and ``plain_listen`` (plainly valid requests and listens answered without it), ``sessions``
+``plain`` and ``plain_listen`` (plainly valid requests and listens answered without it: the fast
+path, ``CATALOG_MCP_FAST_PATH``), ``results`` (the result fields both paths send), ``shadow`` (the
+fast path's answers compared with the SDK's, ``CATALOG_MCP_FAST_PATH=shadow``), ``sessions``
 (2025-11-25 sessions in PostgreSQL), ``server`` (the SDK ``Server`` and its middleware), ``asgi``
 (the edge and the routing by era), ``wire`` (SSE frames, JSON-RPC error bodies), ``sdk_private``
 (every private SDK name catalog uses).

@@ -7,7 +7,6 @@ codes, the consent flow, cache hints) is decided with ``catalog.mcp.context``.
 
 from __future__ import annotations
 
-import base64
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -22,11 +21,9 @@ from catalog.core.cursors import InvalidCursor
 from catalog.core.reading import Content, InvalidReadParams, ReadOutcome, ResourceNotFound
 from catalog.core.resources import ListingEntry, ResourceRecord, effective_annotations, entry_values
 from catalog.core.templates import TemplateRecord
+from catalog.mcp import results
 from catalog.mcp.context import (
     CONSENT_DECLINED,
-    LIST_TTL_MS,
-    READ_TTL_MS,
-    TEMPLATES_TTL_MS,
     Ctx,
     cache_scope,
     invalid_cursor,
@@ -35,6 +32,7 @@ from catalog.mcp.context import (
     supports_form_elicitation,
 )
 from catalog.mcp.context import is_2026 as is_modern
+from catalog.mcp.results import cache_hints, completion_fields, content_fields
 
 
 class CatalogSource(Protocol):
@@ -125,15 +123,14 @@ def to_template(record: TemplateRecord) -> types.ResourceTemplate:
 
 
 def to_contents(items: list[Content]) -> list[types.TextResourceContents | types.BlobResourceContents]:
+    """Content items, each the fields both paths send (``results.content_fields``)."""
     out: list[types.TextResourceContents | types.BlobResourceContents] = []
     for item in items:
-        if item.blob is not None:
-            blob = base64.b64encode(item.blob).decode()
-            out.append(types.BlobResourceContents(uri=item.uri, mime_type=item.mime_type, blob=blob))
+        fields = content_fields(item)
+        if "blob" in fields:
+            out.append(types.BlobResourceContents.model_validate(fields))
         else:
-            out.append(
-                types.TextResourceContents(uri=item.uri, mime_type=item.mime_type, text=item.text or "")
-            )
+            out.append(types.TextResourceContents.model_validate(fields))
     return out
 
 
@@ -152,8 +149,7 @@ def list_resources(endpoint: CatalogSource):
         return types.ListResourcesResult(
             resources=[to_resource(r) for r in records],
             next_cursor=next_cursor,
-            ttl_ms=LIST_TTL_MS,
-            cache_scope=cache_scope(principal),
+            **cache_hints(results.LIST, principal),
         )
 
     return handler
@@ -173,8 +169,7 @@ def list_templates(endpoint: CatalogSource):
         return types.ListResourceTemplatesResult(
             resource_templates=[to_template(t) for t in records],
             next_cursor=next_cursor,
-            ttl_ms=TEMPLATES_TTL_MS,
-            cache_scope=cache_scope(principal),
+            **cache_hints(results.TEMPLATES, principal),
         )
 
     return handler
@@ -273,7 +268,7 @@ def read_resource(endpoint: CatalogSource):
     ) -> types.ReadResourceResult | types.InputRequiredResult:
         outcome = await read(ctx, params.uri)
         if not outcome.needs_consent:
-            return finished(ctx, outcome, ttl_ms=READ_TTL_MS)
+            return finished(ctx, outcome, ttl_ms=results.CACHE_TTL_MS[results.READ])
         if is_modern(ctx):
             return await modern_consent(ctx, params, outcome)
         return await legacy_consent(ctx, params, outcome)
@@ -303,8 +298,8 @@ def complete(endpoint: CatalogSource):
             ) from None
         except InvalidArgument as exc:
             raise MCPError(INVALID_PARAMS, exc.detail, data={"uri": params.ref.uri}) from None
-        return types.CompleteResult(
-            completion=types.Completion(values=result.values, total=result.total, has_more=result.has_more)
+        return types.CompleteResult.model_validate(
+            {"completion": completion_fields(result.values, result.has_more, result.total)}
         )
 
     return handler

@@ -9,8 +9,9 @@ the database's share is a tenth of that. Here a request that is *plainly* valid 
    a JSON body and a JSON ``Accept``, no routing header twice, the body one request for
    ``resources/read`` (only ``uri``), ``resources/list`` (at most a ``cursor``) or
    ``completion/complete`` (a resource template's argument, string values only) whose envelope,
-   version, method and name pass the SDK's own ladder (``classify_inbound_request``), no progress
-   token or other envelope key the SDK would act on.
+   version, method and name pass the SDK's own ladder (``classify_inbound_request``) and its own
+   check of the params (``validate_client_request``: a ``clientCapabilities`` that is not an
+   object, say), no progress token or other envelope key the SDK would act on.
 2. The core authenticates and loads the grants in one statement (for a read, the row too; for a
    list page or a completion of a credential seen before, the page or the scan's first statement
    too) and applies the one visibility rule (``read_plain``, ``plain_resources_page``,
@@ -20,13 +21,14 @@ the database's share is a tenth of that. Here a request that is *plainly* valid 
 
 Anything else, including every refusal and every error (a missing or hidden resource, a bad cursor,
 a revoked token), goes to the SDK with the body replayed, so what a client is told then has one
-author. ``catalog_mcp_plain_answers_total{method}`` counts what was answered here
+author. ``CATALOG_MCP_FAST_PATH`` turns this path off or shadows it with the SDK's
+(``catalog.mcp.shadow``); with tracing on it opens the MCP method's span as the SDK would.
+``catalog_mcp_plain_answers_total{method}`` counts what was answered here
 (``tests/test_mcp_plain.py`` proves the path is taken and agrees with the SDK).
 """
 
 from __future__ import annotations
 
-import base64
 import functools
 import json
 import time
@@ -42,15 +44,17 @@ from mcp.shared.inbound import (
     classify_inbound_request,
     find_duplicated_routing_header,
 )
+from mcp_types import PROTOCOL_VERSION_META_KEY
+from mcp_types.methods import validate_client_request
 from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope, Send
 
 from catalog.core.catalog import Catalog
 from catalog.core.completion import plain_completion
 from catalog.core.principal import Principal
-from catalog.core.reading import Content, plain_resources_page, read_plain
-from catalog.mcp.context import LIST_TTL_MS, READ_TTL_MS, cache_scope
+from catalog.core.reading import plain_resources_page, read_plain
 from catalog.mcp.handlers import listing_fields
+from catalog.mcp.results import cache_hints, completion_fields, content_fields, stamped
 from catalog.observability import metrics, tracing
 from catalog.observability.context import note_mcp, note_principal
 
@@ -64,10 +68,8 @@ PARAMS = {
     COMPLETE: frozenset({"_meta", "ref", "argument", "context"}),
     LISTEN: frozenset({"_meta", "notifications"}),
 }
-# The handlers' cache hints (``catalog.mcp.server``): completion has none.
-TTL_MS = {READ: READ_TTL_MS, LIST: LIST_TTL_MS}
-# The envelope keys a plain request may carry. Trace context (W3C, spec 1.1) is among them: this
-# path runs only while catalog's tracing is off, when the SDK would record nothing of it either.
+# The envelope keys a plain request may carry. Trace context (W3C, spec 1.1) is among them: with
+# tracing on, this path's method span follows it as the SDK's does (``tracing.mcp_method_span``).
 ENVELOPE_KEYS = frozenset(
     {
         "io.modelcontextprotocol/protocolVersion",
@@ -79,7 +81,6 @@ ENVELOPE_KEYS = frozenset(
         "baggage",
     }
 )
-SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
 _RESPONSE_HEADERS = [(b"content-type", CONTENT_TYPE_JSON.encode())]
 
 
@@ -93,17 +94,13 @@ class PlainRequest:
     partial: str = ""
     context: dict[str, str] | None = None
     notifications: types.SubscriptionFilter | None = None  # subscriptions/listen
+    meta: dict[str, Any] | None = None  # the envelope (``_meta``): its trace context, for the span
 
 
 def names_plain_method(scope: Scope) -> bool:
     """A modern POST whose ``Mcp-Method`` header names a method this path may answer: worth
     reading the body for (the edge has already decided the request is modern)."""
     return scope.get("method") == "POST" and Headers(scope=scope).get(MCP_METHOD_HEADER) in PARAMS
-
-
-def plain_answers_enabled() -> bool:
-    """Off while tracing: a traced request should show the SDK's spans (method, handler, SQL)."""
-    return tracing.tracer() is None
 
 
 def _accepted(accept: str) -> tuple[bool, bool]:
@@ -149,12 +146,20 @@ def plain_request(scope: Scope, body: bytes) -> PlainRequest | None:
         return None  # a progress token or anything else: the SDK's to interpret
     if not isinstance(classify_inbound_request(message, headers=dict(headers)), InboundModernRoute):
         return None
+    try:
+        # The SDK's own check of the params for this method and version (its runner's first step):
+        # what it refuses, ``clientCapabilities: 5`` say, is refused by it, not answered here.
+        validate_client_request(method, envelope[PROTOCOL_VERSION_META_KEY], params)
+    except (ValueError, KeyError):  # a pydantic ValidationError is a ValueError
+        return None
     if method == READ:
         uri = params.get("uri")
-        return PlainRequest(method, request_id, uri=uri) if isinstance(uri, str) else None
+        return PlainRequest(method, request_id, uri=uri, meta=envelope) if isinstance(uri, str) else None
     if method == LIST:
         cursor = params.get("cursor")
-        return PlainRequest(method, request_id, cursor=cursor) if isinstance(cursor, str | None) else None
+        if not isinstance(cursor, str | None):
+            return None
+        return PlainRequest(method, request_id, cursor=cursor, meta=envelope)
     if method == LISTEN:
         return _listen_request(request_id, params) if accepts_sse else None
     return _completion_request(request_id, params)
@@ -195,6 +200,7 @@ def _completion_request(request_id: str | int, params: dict[str, Any]) -> PlainR
         argument=argument["name"],
         partial=argument["value"],
         context=known,
+        meta=params["_meta"],
     )
 
 
@@ -213,32 +219,21 @@ def _listen_request(request_id: str | int, params: dict[str, Any]) -> PlainReque
     uris = requested.get("resourceSubscriptions")
     if uris is not None and not (isinstance(uris, list) and all(isinstance(uri, str) for uri in uris)):
         return None
-    return PlainRequest(LISTEN, request_id, notifications=types.SubscriptionFilter.model_validate(requested))
-
-
-def content_fields(content: Content) -> dict[str, Any]:
-    """One ``resources/read`` content item on the wire (``handlers.to_contents``' fields)."""
-    item: dict[str, Any] = {"uri": content.uri}
-    if content.mime_type is not None:
-        item["mimeType"] = content.mime_type
-    if content.blob is not None:
-        item["blob"] = base64.b64encode(content.blob).decode()
-    else:
-        item["text"] = content.text
-    return item
+    return PlainRequest(
+        LISTEN,
+        request_id,
+        notifications=types.SubscriptionFilter.model_validate(requested),
+        meta=params["_meta"],
+    )
 
 
 def response_body(
     request: PlainRequest, result: dict[str, Any], principal: Principal, server_info: dict[str, Any]
 ) -> bytes:
     """The JSON-RPC response the SDK sends for ``result`` after its serialisation (the handlers'
-    cache hints, ``resultType``, the ``serverInfo`` stamp)."""
-    if request.method in TTL_MS:
-        result["ttlMs"] = TTL_MS[request.method]
-        result["cacheScope"] = cache_scope(principal)
-    result["resultType"] = "complete"
-    result["_meta"] = {SERVER_INFO_KEY: server_info}
-    response = {"jsonrpc": "2.0", "id": request.request_id, "result": result}
+    cache hints, ``resultType``, the ``serverInfo`` stamp: ``catalog.mcp.results``)."""
+    result.update(cache_hints(request.method, principal))
+    response = {"jsonrpc": "2.0", "id": request.request_id, "result": stamped(result, server_info)}
     try:
         return orjson.dumps(response)  # a page of a hundred resources: several times json's speed
     except TypeError:  # an integer beyond 64 bits in some ``_meta``: the standard library writes it
@@ -274,13 +269,10 @@ async def plain_answer(
     )
     if completed is None:
         return None
-    completion: dict[str, Any] = {
-        "values": completed.completion.values,
-        "hasMore": completed.completion.has_more,
+    completion = completed.completion
+    return completed.principal, {
+        "completion": completion_fields(completion.values, completion.has_more, completion.total)
     }
-    if completed.completion.total is not None:
-        completion["total"] = completed.completion.total
-    return completed.principal, {"completion": completion}
 
 
 @functools.cache
@@ -306,7 +298,8 @@ async def answer_plain(
     """Answer ``request``; the principal it was answered for, or None (nothing sent) when the full
     path must answer."""
     started = time.perf_counter()
-    answered = await plain_answer(catalog, request, token=token, principal=principal)
+    with tracing.mcp_method_span(request.method, request.request_id, request.meta or {}):
+        answered = await plain_answer(catalog, request, token=token, principal=principal)
     if answered is None:
         return None
     principal, result = answered

@@ -51,7 +51,8 @@ from catalog.mcp.listen import (
     delivery_notifications,
     listen_terms,
 )
-from catalog.mcp.plain import LISTEN, SERVER_INFO_KEY
+from catalog.mcp.plain import LISTEN
+from catalog.mcp.results import SERVER_INFO_KEY
 from catalog.mcp.wire import SSE_HEADERS, SSE_KEEPALIVE, dumps, error_message, sse_frame
 from catalog.observability import metrics
 from catalog.observability.context import note_mcp

@@ -15,7 +15,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from pydantic import ValidationError
 
-from catalog.mcp.context import Ctx, is_2026
+from catalog.mcp.context import SHADOW_STATE_KEY, Ctx, is_2026
 from catalog.observability import metrics, tracing
 from catalog.observability.context import note_mcp, record_of
 
@@ -35,14 +35,25 @@ async def observe_mcp(ctx: Ctx, call_next: CallNext) -> HandlerResult:
         code = INTERNAL_ERROR
         raise
     finally:
-        method = metrics.method_label(ctx.method)
-        era = "2026" if is_2026(ctx) else "2025"
-        metrics.MCP_REQUESTS.labels(method, era, "result" if code is None else str(code)).inc()
-        metrics.MCP_DURATION.labels(method, era).observe(time.perf_counter() - started)
         scope = ctx.request.scope if ctx.request is not None else None
-        note_mcp(scope, method, era, code)
-        if tracing.tracer() is not None:
-            _annotate_span(scope)
+        if not _shadow_run(scope):
+            _observe(ctx, scope, code, started)
+
+
+def _shadow_run(scope: Any) -> bool:
+    """The SDK's second run of a request the fast path answered (``CATALOG_MCP_FAST_PATH=shadow``,
+    ``catalog.mcp.shadow``): already counted, timed and named once."""
+    return scope is not None and bool(scope.get("state", {}).get(SHADOW_STATE_KEY))
+
+
+def _observe(ctx: Ctx, scope: Any, code: int | None, started: float) -> None:
+    method = metrics.method_label(ctx.method)
+    era = "2026" if is_2026(ctx) else "2025"
+    metrics.MCP_REQUESTS.labels(method, era, "result" if code is None else str(code)).inc()
+    metrics.MCP_DURATION.labels(method, era).observe(time.perf_counter() - started)
+    note_mcp(scope, method, era, code)
+    if tracing.tracer() is not None:
+        _annotate_span(scope)
 
 
 def _annotate_span(scope: Any) -> None:

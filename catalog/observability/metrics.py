@@ -50,6 +50,12 @@ MCP_PLAIN_ANSWERS = Counter(
     "2026-07-28 requests answered on the plain path (catalog.mcp.plain), by method",
     ["method"],
 )
+MCP_FAST_PATH_DIFFERENCES = Counter(
+    "catalog_mcp_fast_path_differences",
+    "CATALOG_MCP_FAST_PATH=shadow: requests whose fast-path answer differed from the SDK handlers'"
+    " answer to the same request (each is logged at WARNING), by method",
+    ["method"],
+)
 MCP_DURATION = Histogram(
     "catalog_mcp_request_duration_seconds",
     "MCP handler duration, by method and era",

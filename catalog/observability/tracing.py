@@ -18,8 +18,10 @@ Off, nothing of the SDK is imported and each request costs one ``is None`` test.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from typing import Any
 
 logger = logging.getLogger("catalog.tracing")
@@ -147,6 +149,56 @@ def _no_orphan_statements(sampler: Any) -> Any:
             return f"NoOrphanStatements({sampler.get_description()})"
 
     return NoOrphanStatements()
+
+
+@contextlib.contextmanager
+def mcp_method_span(method: str, request_id: str | int, meta: dict[str, Any]) -> Iterator[None]:
+    """The MCP method's span for a request the fast path answers (``catalog.mcp.plain``): what the
+    SDK's tracing middleware opens for the requests it handles (its name, kind, attributes, and the
+    caller's trace context from ``_meta``), so a trace looks the same on either path. Nothing while
+    tracing is off."""
+    if _tracer is None:
+        yield
+        return
+    from opentelemetry.propagate import extract
+    from opentelemetry.trace import SpanKind, get_current_span
+
+    context = None
+    with contextlib.suppress(ValueError, TypeError):
+        extracted = extract(meta)
+        if get_current_span(extracted).get_span_context().is_valid:
+            context = extracted
+    attributes: dict[str, Any] = {"mcp.method.name": method, "jsonrpc.request.id": str(request_id)}
+    version = meta.get("io.modelcontextprotocol/protocolVersion")
+    if isinstance(version, str):
+        attributes["mcp.protocol.version"] = version
+    with _tracer.start_as_current_span(method, kind=SpanKind.SERVER, attributes=attributes, context=context):
+        yield
+
+
+@contextlib.contextmanager
+def untraced() -> Iterator[None]:
+    """Spans started inside are not recorded: the SDK path's second run of a request in
+    ``CATALOG_MCP_FAST_PATH=shadow`` (``catalog.mcp.shadow``), which must not show in the request's
+    trace as a second MCP method with its SQL. Their parent is an unsampled span of the current
+    trace, so the sampler (parent-based, ``OTEL_TRACES_SAMPLER``'s default) drops each of them."""
+    if _tracer is None:
+        yield
+        return
+    import random
+
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    current = trace.get_current_span().get_span_context()
+    unsampled = SpanContext(
+        current.trace_id if current.is_valid else random.getrandbits(128),
+        random.getrandbits(64),
+        is_remote=False,
+        trace_flags=TraceFlags(TraceFlags.DEFAULT),
+    )
+    with trace.use_span(NonRecordingSpan(unsampled), end_on_exit=False):
+        yield
 
 
 def set_request_attributes(span: Any, request: Any) -> None:

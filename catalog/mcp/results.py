@@ -1,0 +1,61 @@
+"""The fields of an MCP result, one owner for both executors: the SDK's handlers
+(``catalog.mcp.handlers``) and the fast path (``catalog.mcp.plain``) build a result's payload and its
+cache hints here, so ``ttlMs``, ``cacheScope``, a content item and a completion cannot drift apart.
+
+What the SDK adds to every 2026-07-28 result on its way out (``resultType`` and the ``serverInfo``
+stamp in ``_meta``) is written by :func:`stamped` for the fast path, which the SDK does not see;
+``tests/test_mcp_fast_path_differential.py`` holds the two paths' bytes equal.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from catalog.core.principal import Principal
+from catalog.core.reading import Content
+from catalog.mcp.context import LIST_TTL_MS, READ_TTL_MS, TEMPLATES_TTL_MS, cache_scope
+
+READ = "resources/read"
+LIST = "resources/list"
+TEMPLATES = "resources/templates/list"
+# Each result's time to live (CACHE-*); completion has none. A read that needed consent is never
+# cached (``ttlMs: 0``, the handlers' ``finished``).
+CACHE_TTL_MS = {READ: READ_TTL_MS, LIST: LIST_TTL_MS, TEMPLATES: TEMPLATES_TTL_MS}
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+
+
+def cache_hints(method: str, principal: Principal) -> dict[str, Any]:
+    """``ttlMs`` and ``cacheScope`` of ``method``'s result for ``principal`` (none for completion)."""
+    if method not in CACHE_TTL_MS:
+        return {}
+    return {"ttlMs": CACHE_TTL_MS[method], "cacheScope": cache_scope(principal)}
+
+
+def content_fields(content: Content) -> dict[str, Any]:
+    """One ``resources/read`` content item on the wire: a blob base64-encoded, else its text (an
+    empty text when the row has none)."""
+    item: dict[str, Any] = {"uri": content.uri}
+    if content.mime_type is not None:
+        item["mimeType"] = content.mime_type
+    if content.blob is not None:
+        item["blob"] = base64.b64encode(content.blob).decode()
+    else:
+        item["text"] = content.text or ""
+    return item
+
+
+def completion_fields(values: list[str], has_more: bool, total: int | None) -> dict[str, Any]:
+    """A ``completion/complete`` result's ``completion`` on the wire."""
+    completion: dict[str, Any] = {"values": values, "hasMore": has_more}
+    if total is not None:
+        completion["total"] = total
+    return completion
+
+
+def stamped(result: dict[str, Any], server_info: dict[str, Any]) -> dict[str, Any]:
+    """``result`` as the SDK sends every 2026-07-28 result: ``resultType`` and the ``serverInfo``
+    stamp (the fast path's answers; the SDK stamps its handlers' results itself)."""
+    result["resultType"] = "complete"
+    result["_meta"] = {SERVER_INFO_KEY: server_info}
+    return result
