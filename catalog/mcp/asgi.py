@@ -47,7 +47,7 @@ from catalog.mcp.plain import (
 )
 from catalog.mcp.plain_listen import PlainListens
 from catalog.mcp.server import UNAVAILABLE_MESSAGE
-from catalog.mcp.sessions.transport import SessionTransport as LegacySessions
+from catalog.mcp.sessions.transport import SessionTransport
 from catalog.mcp.shadow import Captured, compare, sdk_failed, shadow_scope
 from catalog.observability import tracing
 from catalog.observability.context import note_principal
@@ -64,7 +64,7 @@ BUSY_MESSAGE = "Service unavailable: every database connection of this server is
 
 class EdgeHost(Protocol):
     settings: Settings
-    sessions: LegacySessions
+    sessions: SessionTransport
     streams: StreamQuotas
     plain_listens: PlainListens
 
@@ -75,32 +75,32 @@ class EdgeHost(Protocol):
     def running_catalog(self) -> Catalog | None: ...
 
     @property
-    def modern(self) -> StreamableHTTPSessionManager | None: ...
+    def manager_2026(self) -> StreamableHTTPSessionManager | None: ...
 
     @property
     def server_info(self) -> dict[str, Any]: ...
 
 
-def is_modern_request(scope: Scope) -> bool:
-    """The SDK's own era rule: a version header that is not a handshake version is a modern request
+def is_2026_request(scope: Scope) -> bool:
+    """The SDK's own era rule: a version header that is not a handshake version is a 2026-07-28 request
     (an unknown one is refused by the SDK with -32022)."""
     version = Headers(scope=scope).get(MCP_PROTOCOL_VERSION_HEADER)
     return version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
 
 
-def is_short_modern_request(scope: Scope) -> bool:
-    """A modern POST answered with one JSON response: anything but ``subscriptions/listen`` (the
+def is_short_2026_request(scope: Scope) -> bool:
+    """A 2026-07-28 POST answered with one JSON response: anything but ``subscriptions/listen`` (the
     ``Mcp-Method`` header must name the body's method, HTTP-8, or the SDK refuses the request)."""
-    if scope.get("method") != "POST" or not is_modern_request(scope):
+    if scope.get("method") != "POST" or not is_2026_request(scope):
         return False
     return Headers(scope=scope).get(MCP_METHOD_HEADER) != "subscriptions/listen"
 
 
 def is_stream_request(scope: Scope) -> bool:
-    """A request whose answer is a long-lived stream: a modern listen, a 2025 session's GET."""
+    """A request whose answer is a long-lived stream: a 2026-07-28 listen, a 2025 session's GET."""
     if scope.get("method") == "GET":
-        return not is_modern_request(scope)
-    return is_modern_request(scope) and Headers(scope=scope).get(MCP_METHOD_HEADER) == "subscriptions/listen"
+        return not is_2026_request(scope)
+    return is_2026_request(scope) and Headers(scope=scope).get(MCP_METHOD_HEADER) == "subscriptions/listen"
 
 
 def unavailable_response(busy: bool = False, request_id: RequestId | None = None) -> Response:
@@ -206,7 +206,7 @@ class McpEdge:
                 if body is None:
                     return  # the client went away before its request was complete
                 receive = replaying(body, receive)
-            if is_short_modern_request(scope):
+            if is_short_2026_request(scope):
                 # Answered inline, so the token lookup and the handler's transactions share one
                 # pooled connection instead of checking out one each; taken before anything runs,
                 # so an exhausted pool is this 503, not a JSON-RPC error inside a 200.
@@ -355,10 +355,10 @@ class McpEdge:
                     request_id=_id_of(body),
                 )(scope, receive, send)
                 return
-            with stream_open(is_modern_request(scope)):
+            with stream_open(is_2026_request(scope)):
                 if (
                     body is not None
-                    and is_modern_request(scope)
+                    and is_2026_request(scope)
                     and self.host.plain_listens_open
                     # A stream is not shadowed (catalog.mcp.shadow): only ``off`` sends it to the SDK.
                     and self.host.settings.mcp_fast_path != "off"
@@ -384,8 +384,8 @@ class McpEdge:
                 await self._dispatch(scope, receive, send)
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        modern = self.host.modern
-        if is_modern_request(scope) and modern is not None:
-            await modern.handle_request(scope, receive, send)
+        manager = self.host.manager_2026
+        if is_2026_request(scope) and manager is not None:
+            await manager.handle_request(scope, receive, send)
         else:
             await self.host.sessions.handle(scope, receive, send)

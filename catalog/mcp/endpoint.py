@@ -51,7 +51,7 @@ class McpEndpoint:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._catalog: Catalog | None = None
-        self.modern: StreamableHTTPSessionManager | None = None
+        self.manager_2026: StreamableHTTPSessionManager | None = None
         self.listen = ListenStreams(self)
         self.plain_listens = PlainListens(self)
         self.sessions = SessionTransport(self, idle_seconds=settings.session_idle_seconds)
@@ -103,15 +103,15 @@ class McpEndpoint:
         self.listen.closed = False
         # The SDK's public manager, in its stateless JSON mode: only 2026-07-28 requests reach it.
         # Host/Origin were checked for every route by the app's edge (catalog.auth.edge).
-        modern = StreamableHTTPSessionManager(app=self.server, json_response=True, stateless=True)
-        async with modern.run(), self.sessions.run(catalog, stopping), anyio.create_task_group() as tasks:
-            self.modern = modern
+        manager = StreamableHTTPSessionManager(app=self.server, json_response=True, stateless=True)
+        async with manager.run(), self.sessions.run(catalog, stopping), anyio.create_task_group() as tasks:
+            self.manager_2026 = manager
             tasks.start_soon(self._close_when, stopping)
             try:
                 yield
             finally:
                 self.close_streams()
-                self.modern = None
+                self.manager_2026 = None
                 tasks.cancel_scope.cancel()
         self._catalog = None
 

@@ -27,11 +27,11 @@ from catalog.mcp.context import (
     Ctx,
     cache_scope,
     invalid_cursor,
+    is_2026,
     not_found,
     principal_of,
     supports_form_elicitation,
 )
-from catalog.mcp.context import is_2026 as is_modern
 from catalog.mcp.results import cache_hints, completion_fields, content_fields
 
 
@@ -224,7 +224,7 @@ def read_resource(endpoint: CatalogSource):
             request_state=CONSENT_STATE,  # plaintext here; RequestStateBoundary seals it on the way out
         )
 
-    async def modern_consent(
+    async def consent_2026(
         ctx: Ctx, params: types.ReadResourceRequestParams, outcome: ReadOutcome
     ) -> types.ReadResourceResult | types.InputRequiredResult:
         # RequestStateBoundary has already verified and unsealed requestState (else -32602).
@@ -243,7 +243,7 @@ def read_resource(endpoint: CatalogSource):
             )
         return ask(outcome)
 
-    async def legacy_consent(
+    async def consent_2025(
         ctx: Ctx, params: types.ReadResourceRequestParams, outcome: ReadOutcome
     ) -> types.ReadResourceResult:
         if not supports_form_elicitation(ctx):
@@ -269,9 +269,9 @@ def read_resource(endpoint: CatalogSource):
         outcome = await read(ctx, params.uri)
         if not outcome.needs_consent:
             return finished(ctx, outcome, ttl_ms=results.CACHE_TTL_MS[results.READ])
-        if is_modern(ctx):
-            return await modern_consent(ctx, params, outcome)
-        return await legacy_consent(ctx, params, outcome)
+        if is_2026(ctx):
+            return await consent_2026(ctx, params, outcome)
+        return await consent_2025(ctx, params, outcome)
 
     return handler
 

@@ -98,8 +98,8 @@ class PlainRequest:
 
 
 def names_plain_method(scope: Scope) -> bool:
-    """A modern POST whose ``Mcp-Method`` header names a method this path may answer: worth
-    reading the body for (the edge has already decided the request is modern)."""
+    """A 2026-07-28 POST whose ``Mcp-Method`` header names a method this path may answer: worth
+    reading the body for (the edge has already decided the request is 2026-07-28)."""
     return scope.get("method") == "POST" and Headers(scope=scope).get(MCP_METHOD_HEADER) in PARAMS
 
 

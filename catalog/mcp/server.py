@@ -28,7 +28,7 @@ from catalog.mcp.context import (
 )
 from catalog.mcp.listen import ListenStreams
 from catalog.mcp.sdk_private import sdk_tracing_middleware_index
-from catalog.mcp.sessions.transport import SessionTransport as LegacySessions
+from catalog.mcp.sessions.transport import SessionTransport
 from catalog.observability import mcp as observability
 
 logger = logging.getLogger("catalog.mcp")
@@ -117,7 +117,7 @@ async def database_errors(ctx: Ctx, call_next: CallNext) -> HandlerResult:
 
 
 def build_server(
-    host: ServerHost, *, signing_key: bytes, listen: ListenStreams, sessions: LegacySessions
+    host: ServerHost, *, signing_key: bytes, listen: ListenStreams, sessions: SessionTransport
 ) -> CatalogServer:
     """The one SDK server both eras are served with."""
     server = CatalogServer(
