@@ -263,6 +263,9 @@ def test_undefined_optional_variables_match_as_absent_res_15(
         ("test://x/{id}{.a,b}", "{.a,b} has several variables"),
         ("test://x/{id}{;a,b,c,d,e}", "32 combinations"),
         ("test://x/{id}{/a}{/b}{/c}{/d}{/e}", "32 combinations"),
+        # Found by the property above: ';a=x=' read as an empty a, then '=', then b = 'x='.
+        ("test://h/{;a}={b};{c};{d};{+e}", "{;a} can be followed by '='"),
+        ("test://x/{;a}{.b}=x", "{;a} can be followed by '='"),
     ],
 )
 def test_templates_whose_expansions_could_not_be_read_are_refused_res_15(template: str, reason: str) -> None:

@@ -5,7 +5,7 @@ expansions can be read back."""
 from __future__ import annotations
 
 from catalog.core.uri_templates.parsing import InvalidTemplate, ParsedTemplate, as_parsed
-from catalog.core.uri_templates.scanner import MAX_MATCH_SHAPES, by_name, match_raw, unquoted
+from catalog.core.uri_templates.scanner import MAX_MATCH_SHAPES, by_name, expressions, match_raw, unquoted
 
 
 def match(template: ParsedTemplate | str, uri: str) -> dict[str, str] | None:
@@ -72,9 +72,39 @@ def check_readable(template: ParsedTemplate | str) -> None:
             " undefined, the URI cannot say which; give each variable its own expression",
             parsed.template,
         )
+    empty_then_equals = _parameter_then_equals(parsed.template)
+    if empty_then_equals is not None:
+        raise InvalidTemplate(
+            f"{empty_then_equals} can be followed by '=': an empty value (';name') and a value"
+            " (';name=...') would read alike; put another character between them",
+            parsed.template,
+        )
     if matcher.shape_count > MAX_MATCH_SHAPES:
         raise InvalidTemplate(
             f"its optional variables can be left undefined in {matcher.shape_count} combinations;"
             f" at most {MAX_MATCH_SHAPES} are matched",
             parsed.template,
         )
+
+
+def _parameter_then_equals(raw: str) -> str | None:
+    """The first ``{;...}`` expression whose expansion can be followed directly by ``=``, if any.
+
+    RFC 6570 expands an empty ``;`` parameter as ``;name`` with no ``=``, so ``;name=x`` could be
+    the parameter with value ``x`` or an empty one followed by ``=x``. What follows it can start with
+    ``=`` when it is a literal beginning with ``=`` or a reserved ``{+...}`` expansion, past any
+    expressions that can expand to nothing (every other kind can)."""
+    spans = expressions(raw)
+    for i, (start, end) in enumerate(spans):
+        if not raw.startswith("{;", start):
+            continue
+        pos = end
+        for next_start, next_end in spans[i + 1 :]:
+            if next_start != pos:  # a literal comes first
+                break
+            if raw.startswith("{+", next_start):
+                return raw[start:end]
+            pos = next_end
+        if raw.startswith("=", pos):
+            return raw[start:end]
+    return None
