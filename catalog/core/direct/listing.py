@@ -40,9 +40,9 @@ class FastPage:
 async def fast_resources_page(
     catalog: Catalog, cursor: str | None, *, token: str | None = None, principal: Principal | None = None
 ) -> FastPage | None:
-    """:func:`catalog.core.reading.resources_page` for an opaque ``token`` or an authenticated tenant ``principal``; None
-    when the full path must answer (an unknown, revoked or expired token; a cursor that is not this
-    caller's, whose error is the full path's).
+    """``catalog.core.reading.resources_page`` for an opaque ``token`` or an authenticated tenant
+    ``principal``; None when the full path must answer (an unknown, revoked or expired token; a
+    cursor that is not this caller's, whose error is the full path's).
 
     One statement (``catalog_plain_page``, migration 0009): the credential's authentication and
     grants, and the page as the visibility this credential had on its last page would show it.
@@ -87,8 +87,8 @@ async def fast_resources_page(
 async def visible_page(
     catalog: Catalog, visibility: Visibility, *, listing: str, cursor: str | None, limit: int = DEFAULT_PAGE
 ) -> tuple[list[ListingEntry], str | None]:
-    """:func:`catalog.core.resources.listing.list_page` without filters as one statement outside any transaction
-    (:func:`visible_page_rows`): the same page and cursor."""
+    """``catalog.core.resources.listing.list_page`` without filters as one statement outside any
+    transaction (:func:`visible_page_rows`): the same page and cursor."""
     after = page_start(catalog, visibility, listing=listing, cursor=cursor)
     if visibility.nothing:
         return [], None
@@ -115,7 +115,7 @@ def _first(values: ListingValues) -> str:
 async def visible_page_rows(
     driver: asyncpg.Connection, visibility: Visibility, *, after: str | None, limit: int
 ) -> list[ListingEntry]:
-    """:func:`page_rows` without filters as one statement on a raw driver outside any transaction
+    """``repository.page_rows`` without filters as one statement on a raw driver outside any transaction
     (``catalog_visible_page`` binds the tenant's scope for itself): the fast list path."""
     lows, highs, tags, uris = visibility.page_selectors()
     found = await driver.fetch(

@@ -60,7 +60,7 @@ async def fast_standing(
     """``catalog_plain_read`` for an opaque ``token`` or an authenticated tenant ``principal``: who
     it is, what it sees (the one visibility rule, on the grants the statement returned) and the
     statement's row. No selectors are passed, so the row never holds a resource, whatever ``key``
-    (:func:`catalog.core.direct.reading.fast_read` passes them). None for an unknown, revoked or expired token, or a principal
+    (``reading.fast_read`` passes them). None for an unknown, revoked or expired token, or a principal
     without a tenant."""
     arguments = standing_arguments(token, principal)
     if arguments is None:
