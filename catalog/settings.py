@@ -202,11 +202,17 @@ class Settings(BaseSettings):
             return self.secret_key.get_secret_value().encode()
         return _kept_secret(self.ensure_home() / "secret_key", lambda: secrets.token_urlsafe(48)).encode()
 
+    @property
+    def admin_token_path(self) -> Path:
+        """Where a generated platform admin token is kept (0600), when CATALOG_ADMIN_TOKEN is unset."""
+        return self.home / "admin_token"
+
     def platform_admin_token(self) -> tuple[str, bool]:
         """The platform admin token, and whether it was generated just now (so `serve` prints it)."""
         if self.admin_token is not None:
             return self.admin_token.get_secret_value(), False
-        path = self.ensure_home() / "admin_token"
+        self.ensure_home()
+        path = self.admin_token_path
         existed = path.exists()
         token = _kept_secret(path, lambda: "cat_" + secrets.token_urlsafe(32))
         return token, not existed

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import pty
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +16,7 @@ import httpx
 
 from catalog.core.schemas.grants import GrantIn
 
+from .conftest import free_port
 from .processes import catalog_env, run_catalog, serving, started, stop
 
 SECRET = "test-secret-key-0123456789abcdef"
@@ -122,3 +126,46 @@ def test_health_probes_answer_a_loopback_host_that_the_allowed_hosts_do_not_name
         assert httpx.post(f"{url}/mcp", headers={"Host": "localhost"}, json={}, timeout=10).status_code == 421
         assert httpx.get(f"{url}/healthz", headers={"Host": "rebound.example"}, timeout=10).status_code == 421
         assert stop(served) == 0
+
+
+def test_a_generated_admin_token_stays_out_of_a_log_stream_and_the_banner_names_its_file(
+    database_url: str, tmp_path: Path
+) -> None:
+    env = env_for(database_url, tmp_path)  # no CATALOG_ADMIN_TOKEN: serve generates one
+    kept = tmp_path / "home" / "admin_token"
+    with serving(env=env) as first:
+        started(first)
+        assert stop(first) == 0
+    token = kept.read_text().strip()
+    assert token.startswith("cat_") and kept.stat().st_mode & 0o777 == 0o600
+    assert token not in first.printed()
+    assert f"catalog: platform admin token generated and kept in {kept} " in first.printed()
+    with serving(env=env) as again:
+        started(again)
+        assert stop(again) == 0
+    assert (
+        token not in again.printed() and f"catalog: platform admin token kept in {kept}\n" in again.printed()
+    )
+
+
+def test_a_generated_admin_token_is_shown_once_on_a_terminal(database_url: str, tmp_path: Path) -> None:
+    primary, secondary = pty.openpty()
+    port = free_port("127.0.0.1")
+    command = [sys.executable, "-m", "catalog", "serve", "--port", str(port)]
+    process = subprocess.Popen(
+        command, env=env_for(database_url, tmp_path), stdout=secondary, stderr=secondary
+    )
+    os.close(secondary)
+    shown = b""
+    try:
+        while b"Application startup complete" not in shown:
+            ready, _, _ = select.select([primary], [], [], 60)
+            assert ready, shown.decode(errors="replace")
+            shown += os.read(primary, 65536)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        os.close(primary)
+    kept = tmp_path / "home" / "admin_token"
+    line = f"catalog: platform admin token (shown once, kept in {kept}): {kept.read_text().strip()}"
+    assert line in shown.decode().replace("\r\n", "\n").splitlines()

@@ -121,14 +121,26 @@ def _worker_settings(url: str, *, demo: bool) -> Settings:
 
 
 def _banner(settings: Settings, args: argparse.Namespace) -> None:
-    token, generated = settings.platform_admin_token()
+    token_line = admin_token_line(settings, terminal=sys.stdout.isatty())
     settings.signing_key()  # created now, once, rather than raced by the workers
-    for line in banner_lines(args.host, args.port, settings.allowed_hosts):
+    for line in [*banner_lines(args.host, args.port, settings.allowed_hosts), token_line]:
         print(f"catalog: {line}", flush=True)
-    if generated:
-        print(f"catalog: platform admin token (shown once, kept in {settings.home}): {token}", flush=True)
     if args.demo:
         print("catalog: demo tenant 'demo' is readable anonymously", flush=True)
+
+
+def admin_token_line(settings: Settings, *, terminal: bool) -> str:
+    """Where the platform admin token is: the token itself only once, and only to a terminal; stdout
+    that is not one is a log stream (``docker logs``, a log shipper), which must never hold it."""
+    token, generated = settings.platform_admin_token()
+    if settings.admin_token is not None:
+        return "platform admin token: the one CATALOG_ADMIN_TOKEN gives"
+    path = settings.admin_token_path
+    if generated and terminal:
+        return f"platform admin token (shown once, kept in {path}): {token}"
+    if generated:
+        return f"platform admin token generated and kept in {path} (not printed: stdout is not a terminal)"
+    return f"platform admin token kept in {path}"
 
 
 # -- where clients connect ------------------------------------------------------------------------
