@@ -16,21 +16,15 @@ import platformdirs
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from catalog.config_error import ConfigError as ConfigError  # its home before it moved out
+from catalog.config_error import first_line as first_line
+
 if TYPE_CHECKING:
     # SQLAlchemy is imported where a URL is read: `catalog --help` reads none.
     from sqlalchemy.engine import URL
 
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
 LOOPBACK_ORIGINS = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
-
-
-class ConfigError(Exception):
-    """Configuration that cannot work; the message is one line meant for an operator."""
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _split_list(value: object) -> object:

@@ -169,3 +169,31 @@ def test_a_generated_admin_token_is_shown_once_on_a_terminal(database_url: str, 
     kept = tmp_path / "home" / "admin_token"
     line = f"catalog: platform admin token (shown once, kept in {kept}): {kept.read_text().strip()}"
     assert line in shown.decode().replace("\r\n", "\n").splitlines()
+
+
+def test_help_and_token_list_import_no_server_machinery(database_url: str, tmp_path: Path) -> None:
+    """``catalog --help`` loads neither the settings' pydantic nor the database layer, and a command
+    on the database none of the web stack: what a command does not use is not imported."""
+    env = env_for(database_url, tmp_path)
+    assert run_catalog("tenant", "create", "acme", env=env).returncode == 0
+    heavy = ("fastapi", "starlette", "mcp", "uvicorn", "alembic", "jwt", "httpx", "opentelemetry")
+    for argv, also_absent in [
+        (["--help"], ("pydantic", "pydantic_settings", "sqlalchemy", "asyncpg")),
+        (["token", "list", "--tenant", "acme"], ()),
+    ]:
+        code = (
+            "import sys, contextlib, io\n"
+            "from catalog.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n"
+            f"        code = main({argv!r})\n"
+            "    except SystemExit as exc:\n"
+            "        code = exc.code\n"
+            "print(code, *sorted({name.split('.')[0] for name in sys.modules}))\n"
+        )
+        shown = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+        )
+        status, *loaded = shown.stdout.split()
+        assert status == "0", shown.stderr
+        assert sorted(set(loaded) & {*heavy, *also_absent}) == [], argv

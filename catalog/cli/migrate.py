@@ -6,7 +6,7 @@ import asyncio
 import sys
 
 from catalog.cli.common import EXIT_FAILED, Commands, confirm
-from catalog.settings import ConfigError, get_settings
+from catalog.config_error import ConfigError
 
 
 def add_commands(commands: Commands) -> None:
@@ -53,6 +53,7 @@ def run_migrate(action: str, revision: str | None = None, *, assume_yes: bool = 
 
     from catalog.bootstrap import database
     from catalog.bootstrap import migrations as migrate
+    from catalog.settings import get_settings
 
     settings = get_settings()
     with database(settings, migrate_embedded=False) as url:

@@ -20,10 +20,14 @@ import os
 import signal
 import socket
 import sys
+from typing import TYPE_CHECKING
 
 from catalog.cli.common import Commands
+from catalog.config_error import ConfigError
 from catalog.runtime import collector_paused
-from catalog.settings import ConfigError, Settings, get_settings
+
+if TYPE_CHECKING:
+    from catalog.settings import Settings
 
 
 def add_commands(commands: Commands) -> None:
@@ -76,6 +80,7 @@ def serve_command(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from catalog.bootstrap import database, require_head
+    from catalog.settings import get_settings
 
     settings = get_settings()
     settings.ensure_home()
@@ -113,6 +118,8 @@ def _import_app() -> None:
 
 def _worker_settings(url: str, *, demo: bool) -> Settings:
     """The settings the workers will read: the environment they inherit, with the database's URL."""
+    from catalog.settings import get_settings
+
     os.environ["CATALOG_DATABASE_URL"] = url  # the workers' database, embedded or not
     if demo:
         os.environ.setdefault("CATALOG_PUBLIC_TENANT", "demo")
