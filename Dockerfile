@@ -17,10 +17,12 @@ COPY migrations ./migrations
 RUN pip install .
 
 FROM python:3.11-slim AS runtime
-# tini is not version-pinned: Debian replaces a package version within a release (security fixes),
+# libnss-wrapper lets the embedded PostgreSQL's initdb run as a user id with no passwd entry
+# (`docker run --user 12345`, OpenShift): catalog.db.embedded preloads it for initdb alone.
+# tini and it are not version-pinned: Debian replaces a package version within a release (security fixes),
 # so a pinned apt version breaks the build; the Python dependencies are the ones pinned.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends tini \
+    && apt-get install -y --no-install-recommends tini libnss-wrapper \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 catalog \
     && useradd --system --uid 10001 --gid 10001 --create-home --shell /usr/sbin/nologin catalog \

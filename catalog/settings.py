@@ -16,21 +16,15 @@ import platformdirs
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from catalog.config_error import ConfigError as ConfigError  # its home before it moved out
+from catalog.config_error import first_line as first_line
+
 if TYPE_CHECKING:
     # SQLAlchemy is imported where a URL is read: `catalog --help` reads none.
     from sqlalchemy.engine import URL
 
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
 LOOPBACK_ORIGINS = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
-
-
-class ConfigError(Exception):
-    """Configuration that cannot work; the message is one line meant for an operator."""
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _split_list(value: object) -> object:
@@ -202,11 +196,17 @@ class Settings(BaseSettings):
             return self.secret_key.get_secret_value().encode()
         return _kept_secret(self.ensure_home() / "secret_key", lambda: secrets.token_urlsafe(48)).encode()
 
+    @property
+    def admin_token_path(self) -> Path:
+        """Where a generated platform admin token is kept (0600), when CATALOG_ADMIN_TOKEN is unset."""
+        return self.home / "admin_token"
+
     def platform_admin_token(self) -> tuple[str, bool]:
         """The platform admin token, and whether it was generated just now (so `serve` prints it)."""
         if self.admin_token is not None:
             return self.admin_token.get_secret_value(), False
-        path = self.ensure_home() / "admin_token"
+        self.ensure_home()
+        path = self.admin_token_path
         existed = path.exists()
         token = _kept_secret(path, lambda: "cat_" + secrets.token_urlsafe(32))
         return token, not existed

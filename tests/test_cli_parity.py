@@ -420,9 +420,12 @@ def test_migrate_says_what_it_did(
         assert run("migrate") == (0, f"upgraded from an empty schema to {head}\n")
         assert run("migrate") == (0, f"already at head {head}\n")
         assert run("migrate", "upgrade") == (0, f"already at head {head}\n")
-        assert run("migrate", "downgrade", "0001") == (0, f"downgraded from {head} to 0001\n")
-        assert run("migrate", "downgrade", "0001") == (0, f"already at 0001 (head is {head})\n")
+        assert run("migrate", "downgrade", "0001", "--yes") == (0, f"downgraded from {head} to 0001\n")
+        assert run("migrate", "downgrade", "0001", "--yes") == (0, f"already at 0001 (head is {head})\n")
         assert run("migrate", "upgrade") == (0, f"upgraded from 0001 to {head}\n")
-        assert run("migrate", "downgrade", "base") == (0, f"downgraded from {head} to an empty schema\n")
+        assert run("migrate", "downgrade", "base", "--yes") == (
+            0,
+            f"downgraded from {head} to an empty schema\n",
+        )
     finally:
         get_settings.cache_clear()

@@ -180,7 +180,7 @@ def test_migrations_and_commands_run_through_the_pooler_again_and_again(
     env = catalog_env(**through_pooler_env(empty_database_url), CATALOG_HOME=str(tmp_path / "home"))
     for argv, expected in [
         (("migrate",), "upgraded from an empty schema to"),
-        (("migrate", "downgrade", "0003"), "downgraded from"),
+        (("migrate", "downgrade", "0003", "--yes"), "downgraded from"),
         (("migrate",), "upgraded from 0003 to"),
         (("migrate",), "already at head"),
         (("tenant", "create", "acme"), "created tenant acme"),

@@ -54,7 +54,7 @@ def test_migrate_commands_against_an_external_database(empty_database_url: str, 
     assert run_catalog("migrate", "current", env=env).stdout.strip() == f"{head} (head)"
     check = run_catalog("migrate", "check", env=env)
     assert (check.returncode, check.stdout.strip().splitlines()[-1]) == (0, "models and migrations agree")
-    assert run_catalog("migrate", "downgrade", "base", env=env).returncode == 0
+    assert run_catalog("migrate", "downgrade", "base", "--yes", env=env).returncode == 0
     assert run_catalog("migrate", "current", env=env).stdout.strip() == f"(empty) (head is {head})"
 
 

@@ -8,7 +8,9 @@ In order, before any route, parser or authentication runs:
    port of the request's own ``Host``, not any: see :func:`origin_allowed`). The refusal names the
    setting. Every route: the admin API, the metadata and the probes too, so nothing built from
    ``Host`` (the canonical resource URI, a challenge's metadata URL) ever comes from a name the
-   operator did not list.
+   operator did not list. One exception: ``/healthz`` and ``/readyz`` also answer a loopback
+   ``Host`` (:data:`catalog.settings.LOOPBACK_HOSTS`, any port), as the image's health check and a probe on the
+   host send it; such a ``Host`` is never a rebound name, and the probes build nothing from it.
 2. **Request rate** (``catalog.auth.quotas.RateLimiter``): per caller (its bearer credential, else
    its address), 429 with ``Retry-After``; health probes are exempt. A failed authentication is
    charged to the address as well (``quotas.authentication_failed``): once an address has spent
@@ -46,6 +48,7 @@ from catalog.auth.refusals import (
 )
 from catalog.core.jsonlines import MAX_JSON_DEPTH, json_depth_exceeds
 from catalog.observability.metrics import REFUSALS
+from catalog.settings import LOOPBACK_HOSTS
 
 MAX_MCP_BODY_BYTES = 4 * 1024 * 1024
 JSON_OVERHEAD_BYTES = 1024 * 1024
@@ -132,7 +135,9 @@ class EdgeGuard:
         path = scope.get("path", "")
         headers = Headers(scope=scope)
         host = headers.get("host", "")
-        if not allowed(host, self.allowed_hosts):
+        if not allowed(host, self.allowed_hosts) and not (
+            path in PROBE_PATHS and allowed(host, LOOPBACK_HOSTS)
+        ):
             detail = (
                 f"Host {host[:200]!r} is not one this server answers to: list it in CATALOG_ALLOWED_HOSTS"
                 " (comma-separated; an entry without a port allows any port)"

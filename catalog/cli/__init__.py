@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from catalog.cli import backup, grants, migrate, serve, templates, tenants, tokens, transfer
-from catalog.settings import ConfigError
+from catalog.config_error import ConfigError
 
 # In the order `catalog --help` lists them.
 COMMAND_MODULES = (serve, migrate, tenants, tokens, grants, templates, transfer, backup)

@@ -16,10 +16,11 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from catalog.settings import ConfigError, Settings, first_line, get_settings
+from catalog.config_error import ConfigError, first_line
 
 if TYPE_CHECKING:
     from catalog.core.catalog import Catalog
+    from catalog.settings import Settings
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -67,6 +68,7 @@ def command(body: Body) -> Run:
 
         from catalog.bootstrap import database
         from catalog.core.errors import CatalogError, InvalidInput
+        from catalog.settings import get_settings
 
         settings = get_settings()
         with database(settings) as url:

@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from catalog.cli.common import Commands, command, err, iso, row, usage
-from catalog.settings import ConfigError
+from catalog.config_error import ConfigError
 
 if TYPE_CHECKING:
     from catalog.core.catalog import Catalog
@@ -75,6 +75,8 @@ async def _add(catalog: Catalog, args: argparse.Namespace) -> int:
     print(created.id, flush=True)
     kind, value = selector(created)
     err(f"catalog: grant {created.id} of tenant {tenant.slug}: scope {created.scope} sees {kind} {value}")
+    for warning in created.warnings or ():  # the admin API's own words (GrantIn.warnings)
+        err(f"catalog: warning: {warning}")
     return 0
 
 

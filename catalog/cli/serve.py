@@ -20,10 +20,14 @@ import os
 import signal
 import socket
 import sys
+from typing import TYPE_CHECKING
 
 from catalog.cli.common import Commands
+from catalog.config_error import ConfigError
 from catalog.runtime import collector_paused
-from catalog.settings import ConfigError, Settings, get_settings
+
+if TYPE_CHECKING:
+    from catalog.settings import Settings
 
 
 def add_commands(commands: Commands) -> None:
@@ -76,6 +80,7 @@ def serve_command(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from catalog.bootstrap import database, require_head
+    from catalog.settings import get_settings
 
     settings = get_settings()
     settings.ensure_home()
@@ -113,6 +118,8 @@ def _import_app() -> None:
 
 def _worker_settings(url: str, *, demo: bool) -> Settings:
     """The settings the workers will read: the environment they inherit, with the database's URL."""
+    from catalog.settings import get_settings
+
     os.environ["CATALOG_DATABASE_URL"] = url  # the workers' database, embedded or not
     if demo:
         os.environ.setdefault("CATALOG_PUBLIC_TENANT", "demo")
@@ -121,14 +128,26 @@ def _worker_settings(url: str, *, demo: bool) -> Settings:
 
 
 def _banner(settings: Settings, args: argparse.Namespace) -> None:
-    token, generated = settings.platform_admin_token()
+    token_line = admin_token_line(settings, terminal=sys.stdout.isatty())
     settings.signing_key()  # created now, once, rather than raced by the workers
-    for line in banner_lines(args.host, args.port, settings.allowed_hosts):
+    for line in [*banner_lines(args.host, args.port, settings.allowed_hosts), token_line]:
         print(f"catalog: {line}", flush=True)
-    if generated:
-        print(f"catalog: platform admin token (shown once, kept in {settings.home}): {token}", flush=True)
     if args.demo:
         print("catalog: demo tenant 'demo' is readable anonymously", flush=True)
+
+
+def admin_token_line(settings: Settings, *, terminal: bool) -> str:
+    """Where the platform admin token is: the token itself only once, and only to a terminal; stdout
+    that is not one is a log stream (``docker logs``, a log shipper), which must never hold it."""
+    token, generated = settings.platform_admin_token()
+    if settings.admin_token is not None:
+        return "platform admin token: the one CATALOG_ADMIN_TOKEN gives"
+    path = settings.admin_token_path
+    if generated and terminal:
+        return f"platform admin token (shown once, kept in {path}): {token}"
+    if generated:
+        return f"platform admin token generated and kept in {path} (not printed: stdout is not a terminal)"
+    return f"platform admin token kept in {path}"
 
 
 # -- where clients connect ------------------------------------------------------------------------

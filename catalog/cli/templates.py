@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from catalog.cli.common import Commands, command, err, iso, row, usage
-from catalog.settings import ConfigError
+from catalog.config_error import ConfigError
 
 if TYPE_CHECKING:
     from catalog.core.catalog import Catalog

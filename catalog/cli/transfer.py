@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from catalog.cli.common import EXIT_FAILED, Commands, command, err
-from catalog.settings import ConfigError, get_settings
+from catalog.config_error import ConfigError
 
 if TYPE_CHECKING:
     from catalog.core.catalog import Catalog
@@ -105,6 +105,7 @@ def _open_source(args: argparse.Namespace, stack: contextlib.ExitStack) -> _Sour
     """What to import, found before the database is touched (a wrong PATH fails fast)."""
     from catalog.core.transfer.directory import DirectorySource, ignore_rules
     from catalog.core.transfer.jsonl import jsonl_items
+    from catalog.settings import get_settings
 
     path = Path(args.path)
     if path.is_dir():

@@ -5,13 +5,18 @@ what that package's helper does not do: a pinned initdb locale, Unix-socket-only
 from a stale ``postmaster.pid`` whose PID was reused, and one server shared by every ``catalog``
 process on the same home (the last process to let go stops it).
 
-Run as root, PostgreSQL refuses to start, so the server then runs as a dedicated system user.
+Run as root, PostgreSQL refuses to start, so the server then runs as a dedicated system user. Run
+as a user id with no passwd entry (``docker run --user 12345``, OpenShift's random ids), ``initdb``
+cannot look itself up (it calls ``getpwuid``), so it is given one: through ``nss_wrapper`` when the
+library is installed (the official postgres image's way; the catalog image installs it), else in a
+user namespace of its own where it runs as ``nobody``; the server itself needs no entry.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import hashlib
 import importlib.util
 import json
@@ -135,11 +140,16 @@ class EmbeddedPostgres:
         env.update({"LC_ALL": "C.UTF-8", "LANG": "C.UTF-8", "TZ": "UTC"})
         return env
 
-    def _run(self, program: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def _run(
+        self, program: str, *args: str, timeout: float = 120, looks_itself_up: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        command, env = [str(binaries_dir() / program), *args], self._env()
+        if looks_itself_up and os.geteuid() != 0:
+            command, env = self._with_passwd_entry(command, env)
         try:
             return subprocess.run(
-                [str(binaries_dir() / program), *args],
-                env=self._env(),
+                command,
+                env=env,
                 capture_output=True,
                 text=True,
                 timeout=timeout,
@@ -155,6 +165,36 @@ class EmbeddedPostgres:
             ) from None
         except subprocess.TimeoutExpired:
             raise ConfigError(f"embedded PostgreSQL: {program} timed out after {timeout:.0f}s") from None
+
+    def _with_passwd_entry(self, command: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        """``command`` as it can run when this user id has no passwd entry (else unchanged)."""
+        uid, gid = os.geteuid(), os.getegid()
+        try:
+            pwd.getpwuid(uid)
+            return command, env
+        except KeyError:
+            pass
+        wrapper = _nss_wrapper()
+        if wrapper is not None:
+            passwd, group = self.home / "nss_passwd", self.home / "nss_group"
+            passwd.write_text(f"postgres:x:{uid}:{gid}:PostgreSQL:{self.home}:/bin/false\n")
+            group.write_text(f"postgres:x:{gid}:\n")
+            preload = " ".join(filter(None, [wrapper, env.get("LD_PRELOAD")]))
+            env = {
+                **env,
+                "LD_PRELOAD": preload,
+                "NSS_WRAPPER_PASSWD": str(passwd),
+                "NSS_WRAPPER_GROUP": str(group),
+            }
+            return command, env
+        unshare = shutil.which("unshare")
+        if unshare is not None:  # `nobody` has an entry; the files are this user id's outside
+            return [unshare, "--user", "--map-user=65534", "--map-group=65534", *command], env
+        raise ConfigError(
+            f"embedded PostgreSQL: user id {uid} has no passwd entry, which initdb needs: install"
+            " libnss-wrapper (or util-linux's unshare), run as a user id that has one, or set"
+            " CATALOG_DATABASE_URL"
+        )
 
     def _pg_ctl(self, *args: str) -> subprocess.CompletedProcess[str]:
         return self._run("pg_ctl", "-D", str(self.pgdata), *args)
@@ -188,6 +228,7 @@ class EmbeddedPostgres:
             "--encoding=UTF8",
             "--locale=C.UTF-8",
             "--no-instructions",
+            looks_itself_up=True,
         )
 
     def _postmaster_pid(self) -> int | None:
@@ -280,6 +321,17 @@ def _ensure_system_user() -> pwd.struct_passwd:
         capture_output=True,
     )
     return pwd.getpwnam(SYSTEM_USER)
+
+
+def _nss_wrapper() -> str | None:
+    """The installed nss_wrapper library (Debian/Ubuntu: libnss-wrapper; Fedora: nss_wrapper)."""
+    patterns = (
+        "/usr/lib/*/libnss_wrapper.so*",
+        "/usr/lib64/libnss_wrapper.so*",
+        "/usr/lib/libnss_wrapper.so*",
+    )
+    found = sorted(path for pattern in patterns for path in glob.glob(pattern))
+    return found[0] if found else None
 
 
 def _allow_traversal(path: Path) -> None:
