@@ -18,7 +18,7 @@ import pytest
 import pytest_asyncio
 
 import catalog.auth
-import catalog.core.reading
+import catalog.core.direct.standing
 from catalog.auth.jwt import JwksSource, JwtVerifier
 from catalog.auth.refusals import INTERNAL_ERROR, RATE_LIMITED, request_id_of
 from catalog.core.errors import Unauthenticated
@@ -186,7 +186,7 @@ async def test_rotating_random_tokens_from_one_address_is_refused_before_any_loo
     address gets 429 (-31003 on /mcp, problem JSON on the admin API) without a token lookup. A
     credential that has authenticated, and anonymous callers, from the same address still work."""
     lookups: list[str] = []
-    looked_up, standing = catalog.auth.token_principal, catalog.core.reading.plain_standing
+    looked_up, standing = catalog.auth.token_principal, catalog.core.direct.standing.fast_standing
 
     async def counted_lookup(catalog_: Any, token: str) -> Any:
         lookups.append(token)
@@ -198,7 +198,7 @@ async def test_rotating_random_tokens_from_one_address_is_refused_before_any_loo
         return await standing(catalog_, key, token, principal)
 
     monkeypatch.setattr(catalog.auth, "token_principal", counted_lookup)
-    monkeypatch.setattr(catalog.core.reading, "plain_standing", counted_standing)
+    monkeypatch.setattr(catalog.core.direct.standing, "fast_standing", counted_standing)
     staff = {"Authorization": f"Bearer {limited.token('staff')}"}
     admin = {"Authorization": "Bearer cat_test-platform-admin-token"}
     async with httpx.AsyncClient(base_url=limited.base_url, timeout=10) as http:

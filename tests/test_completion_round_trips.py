@@ -12,11 +12,11 @@ import asyncpg
 import pytest
 
 from catalog.core.catalog import Catalog
-from catalog.core.completion import (
+from catalog.core.direct.completion import (
     InvalidArgument,
     UnknownTemplate,
     complete_argument,
-    plain_completion,
+    fast_completion,
 )
 from catalog.core.grants import create_grant
 from catalog.core.principal import Principal
@@ -83,9 +83,9 @@ async def _counted_completion(
 ) -> tuple[Any, list[str]]:
     """A plain completion of a credential whose visibility is remembered (by a completion before),
     and the statements it sent."""
-    await plain_completion(catalog, TEMPLATE, "dir", "", token=token)
+    await fast_completion(catalog, TEMPLATE, "dir", "", token=token)
     return await _counted(
-        statements, plain_completion(catalog, template, argument, "", known or None, token=token)
+        statements, fast_completion(catalog, template, argument, "", known or None, token=token)
     )
 
 
@@ -118,9 +118,9 @@ async def test_an_authenticated_principals_completion_rides_on_its_scan_too(
         catalog, SYSTEM, tenant, GrantIn.model_validate({"scope": "s", "uriPrefix": "test://tree/b/"})
     )
     reader = Principal(kind="jwt", tenant_id=tenant.id, tenant_slug=tenant.slug, scopes=frozenset({"s", "t"}))
-    first = await plain_completion(catalog, TEMPLATE, "dir", "", principal=reader)
+    first = await fast_completion(catalog, TEMPLATE, "dir", "", principal=reader)
     completed, sent = await _counted(
-        statements, plain_completion(catalog, TEMPLATE, "dir", "", principal=reader)
+        statements, fast_completion(catalog, TEMPLATE, "dir", "", principal=reader)
     )
     assert first == completed and completed is not None
     assert completed.principal == reader and completed.completion.values == ["b"] and len(sent) == 3
@@ -131,7 +131,7 @@ async def test_a_credentials_first_completion_authenticates_first(
 ) -> None:
     """Its visibility is not known yet: the authentication and grants, then BEGIN, the scan (the
     template checked by it), COMMIT."""
-    completed, sent = await _counted(statements, plain_completion(catalog, TEMPLATE, "dir", "", token=token))
+    completed, sent = await _counted(statements, fast_completion(catalog, TEMPLATE, "dir", "", token=token))
     assert completed is not None and completed.completion.values == ["a", "b"]
     if catalog.settings.behind_pooler:
         # A pooler keeps the session's settings (its statement_timeout) only inside a transaction:
@@ -156,11 +156,11 @@ async def test_an_unknown_template_or_a_refused_argument_is_left_to_the_full_pat
 async def test_a_revoked_token_is_refused_on_its_next_completion(
     catalog: Catalog, tenant: Tenant, token: str
 ) -> None:
-    assert await plain_completion(catalog, TEMPLATE, "dir", "", token=token) is not None
-    assert await plain_completion(catalog, TEMPLATE, "dir", "", token=token) is not None  # remembered
+    assert await fast_completion(catalog, TEMPLATE, "dir", "", token=token) is not None
+    assert await fast_completion(catalog, TEMPLATE, "dir", "", token=token) is not None  # remembered
     (victim,) = await list_tokens(catalog, tenant)
     await delete_token(catalog, SYSTEM, tenant, victim.id)
-    assert await plain_completion(catalog, TEMPLATE, "dir", "", token=token) is None
+    assert await fast_completion(catalog, TEMPLATE, "dir", "", token=token) is None
 
 
 async def test_changed_grants_show_on_the_next_completion(
@@ -173,22 +173,22 @@ async def test_changed_grants_show_on_the_next_completion(
     )
     await create_grant(catalog, SYSTEM, tenant, GrantIn.model_validate({"scope": "s", "tag": "tree"}))
     reader = (await create_token(catalog, SYSTEM, tenant, TokenIn(scopes=["s"]))).token
-    completed = await plain_completion(catalog, TEMPLATE, "dir", "", token=reader)
+    completed = await fast_completion(catalog, TEMPLATE, "dir", "", token=reader)
     assert completed is not None and completed.completion.values == ["a"]
     await create_grant(
         catalog, SYSTEM, tenant, GrantIn.model_validate({"scope": "s", "uriPrefix": "test://tree/b/"})
     )
-    completed, sent = await _counted(statements, plain_completion(catalog, TEMPLATE, "dir", "", token=reader))
+    completed, sent = await _counted(statements, fast_completion(catalog, TEMPLATE, "dir", "", token=reader))
     assert completed is not None and completed.completion.values == ["a", "b"]
     assert len(sent) == 6, sent  # the guess's three, then BEGIN, the scan, COMMIT
-    completed, sent = await _counted(statements, plain_completion(catalog, TEMPLATE, "dir", "", token=reader))
+    completed, sent = await _counted(statements, fast_completion(catalog, TEMPLATE, "dir", "", token=reader))
     assert completed is not None and completed.completion.values == ["a", "b"] and len(sent) == 3
 
 
 async def test_the_full_paths_errors_are_unchanged(catalog: Catalog, token: str) -> None:
     """Unknown before refused: an argument the template lacks is refused only once the template is
     known to be visible."""
-    completed = await plain_completion(catalog, TEMPLATE, "dir", "", token=token)
+    completed = await fast_completion(catalog, TEMPLATE, "dir", "", token=token)
     assert completed is not None
     principal = completed.principal
     with pytest.raises(UnknownTemplate):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from catalog.core import completion
 from catalog.core.catalog import Catalog
-from catalog.core.completion import complete_argument
+from catalog.core.direct import completion
+from catalog.core.direct.completion import complete_argument
 from catalog.core.grants import create_grant
 from catalog.core.principal import Principal
 from catalog.core.resources import upsert_many

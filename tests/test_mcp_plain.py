@@ -18,7 +18,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from catalog.core import reading
+from catalog.core.direct import listing as fast_listing
 from catalog.core.grants import create_grant, delete_grant
 from catalog.core.principal import Principal
 from catalog.core.resources import LISTING_ENTRY_FIELDS
@@ -392,13 +392,13 @@ async def test_a_credentials_next_page_rides_on_its_authentication_until_its_gra
     pages shows on the very next one (the stale page is discarded and asked again), and every page
     is still the SDK's."""
     asked_again: list[str | None] = []
-    visible_page = reading.visible_page
+    visible_page = fast_listing.visible_page
 
     async def counted(*args: Any, **kwargs: Any) -> Any:
         asked_again.append(kwargs.get("cursor"))
         return await visible_page(*args, **kwargs)
 
-    monkeypatch.setattr(reading, "visible_page", counted)
+    monkeypatch.setattr(fast_listing, "visible_page", counted)
 
     def listed() -> list[str]:
         fast = list_page(srv, None, token="src")
@@ -428,4 +428,4 @@ async def test_a_plain_pages_rows_are_a_listing_entrys_fields_in_order(db: Any) 
         " unnest(proargnames, proargmodes::text[]) WITH ORDINALITY AS a(name, mode, n)"
         " WHERE proname = 'catalog_plain_page' AND mode = 't'"
     )
-    assert tuple(columns[reading.PLAIN_PAGE_LISTED :]) == LISTING_ENTRY_FIELDS
+    assert tuple(columns[fast_listing.FAST_PAGE_LISTED :]) == LISTING_ENTRY_FIELDS

@@ -162,3 +162,37 @@ def test_the_console_and_docs_assets_ship_in_the_package() -> None:
         )
     ]
     assert unshipped == []
+
+
+def test_the_built_wheel_holds_every_module_of_the_package_and_its_migrations(tmp_path: Path) -> None:
+    """The wheel the image installs, built as `pip wheel` builds it: every module of `catalog/` and
+    of `migrations/` is inside it, so a package added by a split cannot be left out of the list in
+    pyproject.toml (five were once, and only an installed wheel showed it)."""
+    import subprocess
+    import sys
+    import zipfile
+
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--wheel-dir",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("catalog-*.whl")
+    shipped = {name for name in zipfile.ZipFile(wheel).namelist() if name.endswith(".py")}
+    sources = {p.relative_to(ROOT).as_posix() for p in (ROOT / "catalog").rglob("*.py")}
+    sources |= {
+        "catalog/migrations/" + p.relative_to(ROOT / "migrations").as_posix()
+        for p in (ROOT / "migrations").rglob("*.py")
+    }
+    assert sorted(sources - shipped) == []
+    assert "catalog/db/sql/functions.sql" in zipfile.ZipFile(wheel).namelist()

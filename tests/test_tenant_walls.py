@@ -90,8 +90,8 @@ async def _token(catalog: Catalog, tenant_slug: str) -> tuple[int, str]:
 
 async def test_the_token_lookup_widens_the_scope_for_its_own_query_only(catalog: Catalog) -> None:
     """catalog_token_principal finds a token of any tenant and leaves the caller's scope unchanged."""
-    from catalog.core.tokens import principal_for_token
-    from catalog.db.engine import self_scoped_driver
+    from catalog.core.direct.tokens import principal_for_token
+    from catalog.db.driver import self_scoped_driver
     from catalog.db.models import tokens
 
     acme_id, acme_token = await _token(catalog, "acme")

@@ -6,17 +6,16 @@ import json
 import logging
 from typing import Any
 
-import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
-from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from catalog.auth.challenges import ADMIN_RESOURCE
 from catalog.auth.challenges import bearer_challenge as bearer_challenge_for
 from catalog.core.errors import (
+    DATABASE_EXCEPTION_TYPES,
     CatalogError,
     FieldError,
     InsufficientScope,
@@ -89,9 +88,7 @@ def field_errors(errors: list[dict[str, Any]] | Any) -> list[FieldError]:
 
 # What a database failure can surface as (each handler then asks ``database_unavailable``).
 UNAVAILABLE_EXCEPTION_TYPES: tuple[type[Exception], ...] = (
-    SQLAlchemyError,
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
+    *DATABASE_EXCEPTION_TYPES,
     OSError,
     TimeoutError,
 )

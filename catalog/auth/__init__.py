@@ -19,10 +19,10 @@ from catalog.auth.challenges import ADMIN_RESOURCE, MCP_RESOURCE
 from catalog.auth.jwt import jwt_verifier, looks_like_jwt
 from catalog.auth.quotas import authentication_failed, authentication_succeeded
 from catalog.core.catalog import Catalog
+from catalog.core.direct.tokens import token_principal
 from catalog.core.errors import Unauthenticated
 from catalog.core.principal import Principal
 from catalog.core.tenants import find_tenant
-from catalog.core.tokens import token_principal
 
 TOKEN_IN_QUERY = "send the token in the Authorization header, never in the URL"
 

@@ -37,10 +37,10 @@ class Catalog:
     # Verifies OAuth access tokens: built by ``catalog.auth.jwt.jwt_verifier`` on first use (auth is
     # the layer above; the core only keeps it, with its cache of signing keys, for the catalogue).
     jwt_verifier: JwtVerifier | None = None
-    # The visibility each credential's last plain list page or completion had, by its
+    # The visibility each credential's last fast list page or completion had, by its
     # ``catalog_plain_read`` arguments: its next page or completion is read with that visibility in
     # the statement that authenticates it, and used only if the visibility is still that
-    # (``reading.plain_resources_page``, ``completion.plain_completion``).
+    # (``direct.listing.fast_resources_page``, ``direct.completion.fast_completion``).
     page_visibilities: dict[Hashable, Visibility] = field(default_factory=dict)
 
     @cached_property

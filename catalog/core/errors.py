@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The one classification of "the database cannot serve now" (a 503 and a retry, not a bug; and of
-# those, "every pooled connection is busy"), kept
-# with the SQL it inspects and offered here, where the surfaces take the core's errors from.
+# What a database failure can be, and the one classification of "the database cannot serve now"
+# (a 503 and a retry, not a bug; and of those, "every pooled connection is busy"), kept with the
+# driver and the SQL they inspect and offered here, where the surfaces take the core's errors from.
+from catalog.db.engine import DATABASE_EXCEPTION_TYPES as DATABASE_EXCEPTION_TYPES
 from catalog.db.engine import database_unavailable as database_unavailable
 from catalog.db.engine import pool_exhausted as pool_exhausted
 

@@ -44,7 +44,7 @@ from catalog.core.uris import uri_prefix_upper_bound
 
 _BEYOND_EVERY_URI = "\U0010ffff" * 4
 
-# One place for the sparse page's plan: ``catalog_visible_page`` (migration 0008), which the plain
+# One place for the sparse page's plan: ``catalog_visible_page`` (migration 0008), which the fast
 # list path calls directly; here only the URIs of its page are kept, for the caller's own query.
 _SPARSE_PAGE = (
     text(
@@ -192,7 +192,7 @@ def principal_fingerprint(principal: Principal, tenant_id: int) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _fingerprint(tenant_id: int, kind: str, admin: bool, scopes: frozenset[str]) -> str:
-    # Cached: every plain request computes its caller's, and few standings are in use at once.
+    # Cached: every fast-path request computes its caller's, and few standings are in use at once.
     standing = "|".join([str(tenant_id), kind, "admin" if admin else "", ",".join(sorted(scopes))])
     return hashlib.sha256(standing.encode()).hexdigest()[:16]
 

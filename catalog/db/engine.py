@@ -164,6 +164,15 @@ POOL_TIMEOUT_S = 10.0
 _UNAVAILABLE_SQLSTATE_CLASSES = ("08", "53", "57")
 
 
+# What a database failure can surface as, on either executor (a handler then asks
+# ``database_unavailable`` whether it is an outage): the driver's own types live only here.
+DATABASE_EXCEPTION_TYPES: tuple[type[Exception], ...] = (
+    sa_exc.SQLAlchemyError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+)
+
+
 def pool_exhausted(exc: BaseException) -> bool:
     """Whether ``exc`` is a request that waited its limit for a pooled connection: every one busy
     (overload, or statements held up in the database), as opposed to the database being down."""
@@ -247,7 +256,7 @@ async def probe_app_role(url: str | URL, *, transaction_pooler: bool = False) ->
 @dataclass
 class _RequestConnection:
     engine: AsyncEngine
-    # Checked out eagerly as a bare pool connection: a plain request's self-scoped statement needs
+    # Checked out eagerly as a bare pool connection: a fast-path request's self-scoped statement needs
     # only its driver. Wrapped into ``conn`` (and owned by it) once a transaction needs SQLAlchemy.
     raw: PoolProxiedConnection | None = None
     conn: AsyncConnection | None = None  # checked out at first use, so a failure happens there
@@ -263,7 +272,7 @@ _request_connection: ContextVar[_RequestConnection | None] = ContextVar(
 class request_connection:
     """One pooled connection for the whole of a short request, like a session per request.
 
-    The transactions (``transaction``) and self-scoped statements (``self_scoped_driver``) the
+    The transactions (``transaction``) and self-scoped statements (``driver.self_scoped_driver``) the
     request runs on ``engine`` use it in turn instead of checking out a connection each; one that
     finds it busy (a concurrent task of the same request) checks out its own. Only for requests
     that end promptly: a stream must not hold a pooled connection for its lifetime.
@@ -271,7 +280,7 @@ class request_connection:
     ``eager``: check it out now, so that an exhausted pool fails here, before the request is
     handed to code that would answer the failure inside a response (a JSON-RPC error with 200).
     It is checked out from the pool as a bare connection (no ``Connection`` or ``AsyncConnection``
-    built around it until a transaction needs one): a plain request runs one self-scoped statement
+    built around it until a transaction needs one): a fast-path request runs one self-scoped statement
     on its driver, and the wrappers and their greenlets were a tenth of such a request.
 
     A class rather than a generator: it wraps every short MCP request, and a generator-based
@@ -334,106 +343,6 @@ async def transaction(engine: AsyncEngine, scope: TenantScope) -> AsyncIterator[
         yield conn
 
 
-class _DriverStatements:
-    """A pooled connection's asyncpg driver for a few statements on the per-request hot path,
-    optionally inside a transaction opened by ``begin`` (one simple-query message) and committed on
-    a clean exit. Built by ``self_scoped_driver`` and ``scoped_driver``.
-
-    A driver error is not seen by SQLAlchemy's disconnect handling: a connection it closed is
-    dropped at the next checkout (``_refuse_closed_connection``). After any error the connection is
-    discarded, its transaction with it. A class for the reason ``request_connection`` is.
-    """
-
-    __slots__ = ("_begin", "_conn", "_driver", "_engine", "_held", "_pooled")
-
-    def __init__(self, engine: AsyncEngine, begin: str | None) -> None:
-        self._engine = engine
-        self._begin = begin
-
-    async def __aenter__(self) -> asyncpg.Connection:
-        driver = await self._checkout()
-        if self._begin is not None:
-            try:
-                await driver.execute(self._begin)  # no arguments: one simple-query message
-            except BaseException as exc:
-                await self._release(type(exc), exc, exc.__traceback__)
-                raise
-        self._driver = driver
-        return driver
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
-    ) -> None:
-        if exc_type is None and self._begin is not None:
-            try:
-                await self._driver.execute("COMMIT")
-            except BaseException as failed:
-                await self._release(type(failed), failed, failed.__traceback__)
-                raise
-        await self._release(exc_type, exc, tb)
-
-    async def _checkout(self) -> asyncpg.Connection:
-        held = _request_connection.get()
-        if held is not None and not held.busy and held.engine is self._engine and held.conn is None:
-            raw = held.raw
-            if raw is not None and raw.is_valid:
-                held.busy = True  # the request's bare connection (``request_connection``)
-                self._held = held
-                return raw.driver_connection
-        self._held = None
-        self._pooled = _pooled_connection(self._engine)
-        self._conn = conn = await self._pooled.__aenter__()
-        try:
-            sync = conn.sync_connection
-            if sync is not None and not sync.closed and not sync.invalidated:
-                raw = sync.connection  # checked out and valid: no I/O, so no greenlet to spawn
-            else:
-                raw = await conn.get_raw_connection()
-        except BaseException as exc:
-            try:
-                await conn.invalidate()
-            finally:
-                await self._pooled.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        return raw.driver_connection
-
-    async def _release(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
-    ) -> None:
-        # After a failed or cancelled statement the driver's protocol state is unknown (one caught
-        # mid-operation refuses the next statement with InternalClientError): the connection is
-        # discarded, never handed to another request.
-        held = self._held
-        if held is not None:
-            try:
-                if exc_type is not None and held.raw is not None:
-                    await greenlet_spawn(held.raw.invalidate)
-            finally:
-                held.busy = False
-            return
-        try:
-            if exc_type is not None:
-                await self._conn.invalidate()
-        finally:
-            await self._pooled.__aexit__(exc_type, exc, tb)
-
-
-def self_scoped_driver(engine: AsyncEngine) -> _DriverStatements:
-    """A pooled connection's driver for one statement that binds its own scope (a ``catalog_*``
-    function): no scope, so any other statement run on it sees no tenant's rows at all.
-
-    Outside any transaction on a direct connection: no BEGIN and COMMIT round trips, and none of
-    SQLAlchemy's per-statement work. Behind a transaction pooler the session's settings
-    (``statement_timeout``, the role) hold only inside a transaction, so there the statement runs
-    in one opened with them (the BEGIN in the same message, a COMMIT round trip more): without it
-    a statement waiting on a lock would wait forever.
-    """
-    session = _POOLER_SESSIONS.get(engine.sync_engine)
-    if session is None:
-        return _DriverStatements(engine, None)
-    return _DriverStatements(engine, "BEGIN; " + _set_local(_session_settings(session), literal=True))
-
-
 async def bind_scope(conn: AsyncConnection, scope: TenantScope) -> None:
     settings = _scope_settings(scope)
     await conn.exec_driver_sql(_set_local(settings), tuple(value for _, value in settings))
@@ -442,17 +351,3 @@ async def bind_scope(conn: AsyncConnection, scope: TenantScope) -> None:
 def _quoted(value: str) -> str:
     """``value`` as an SQL string literal (``standard_conforming_strings``, on since PostgreSQL 9.1)."""
     return "'" + value.replace("'", "''") + "'"
-
-
-def scoped_driver(engine: AsyncEngine, scope: TenantScope) -> _DriverStatements:
-    """A pooled connection's asyncpg driver inside a transaction bound to ``scope`` (what
-    ``transaction`` gives through SQLAlchemy), for a few statements on a per-request path
-    (``catalog.db.statements``): BEGIN, behind a pooler the session's settings, and the scope go
-    in one message, one round trip where SQLAlchemy takes two; COMMIT on a clean exit.
-    """
-    statements = ["BEGIN"]
-    session = _POOLER_SESSIONS.get(engine.sync_engine)
-    if session is not None:
-        statements.append(_set_local(_session_settings(session), literal=True))
-    statements.append(_set_local(_scope_settings(scope), literal=True))
-    return _DriverStatements(engine, "; ".join(statements))

@@ -1,4 +1,4 @@
-"""SQLAlchemy statements run on a bare asyncpg driver (``engine.scoped_driver``).
+"""SQLAlchemy statements run on a bare asyncpg driver (``driver.scoped_driver``).
 
 A statement built with SQLAlchemy (the visibility predicate, the completion scans) is compiled
 once for asyncpg's ``$n`` parameters; each execution then only orders its values. What this saves

@@ -16,8 +16,8 @@ from mcp_types import INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
 
 from catalog.core import reading
 from catalog.core.catalog import Catalog
-from catalog.core.completion import InvalidArgument, UnknownTemplate, complete_argument
 from catalog.core.cursors import InvalidCursor
+from catalog.core.direct.completion import InvalidArgument, UnknownTemplate, complete_argument
 from catalog.core.reading import Content, InvalidReadParams, ReadOutcome, ResourceNotFound
 from catalog.core.resources import ListingEntry, ResourceRecord, effective_annotations, entry_values
 from catalog.core.templates import TemplateRecord

@@ -14,8 +14,8 @@ the database's share is a tenth of that. Here a request that is *plainly* valid 
    object, say), no progress token or other envelope key the SDK would act on.
 2. The core authenticates and loads the grants in one statement (for a read, the row too; for a
    list page or a completion of a credential seen before, the page or the scan's first statement
-   too) and applies the one visibility rule (``read_plain``, ``plain_resources_page``,
-   ``plain_completion``).
+   too) and applies the one visibility rule (``fast_read``, ``fast_resources_page``,
+   ``fast_completion``).
 3. The answer is the SDK's wire shape for that result (the handlers' fields, cache hints,
    ``resultType``, the ``serverInfo`` stamp), as bytes.
 
@@ -50,9 +50,10 @@ from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope, Send
 
 from catalog.core.catalog import Catalog
-from catalog.core.completion import plain_completion
+from catalog.core.direct.completion import fast_completion
+from catalog.core.direct.listing import fast_resources_page
+from catalog.core.direct.reading import fast_read
 from catalog.core.principal import Principal
-from catalog.core.reading import plain_resources_page, read_plain
 from catalog.mcp.handlers import listing_fields
 from catalog.mcp.results import cache_hints, completion_fields, content_fields, stamped
 from catalog.observability import metrics, tracing
@@ -246,19 +247,19 @@ async def plain_answer(
     """The result of ``request`` for an opaque ``token`` or an authenticated ``principal``, and
     the principal it is for; None when the full path must answer."""
     if request.method == READ:
-        read = await read_plain(catalog, request.uri, token=token, principal=principal)
+        read = await fast_read(catalog, request.uri, token=token, principal=principal)
         if read is None:
             return None
         return read.principal, {"contents": [content_fields(read.content)]}
     if request.method == LIST:
-        page = await plain_resources_page(catalog, request.cursor, token=token, principal=principal)
+        page = await fast_resources_page(catalog, request.cursor, token=token, principal=principal)
         if page is None:
             return None
         result: dict[str, Any] = {"resources": [listing_fields(*values) for values in page.entries]}
         if page.next_cursor is not None:
             result["nextCursor"] = page.next_cursor
         return page.principal, result
-    completed = await plain_completion(
+    completed = await fast_completion(
         catalog,
         request.uri,
         request.argument,

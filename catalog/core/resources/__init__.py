@@ -4,7 +4,7 @@ import), listings (:mod:`.listing`, :mod:`.paging`, :mod:`.search`), the URI tre
 and history (:mod:`.history`). Callers import from here."""
 
 from catalog.core.resources.history import get_version, list_versions, restore_version
-from catalog.core.resources.listing import get_resource, list_page, list_resources, listed_page, visible_page
+from catalog.core.resources.listing import get_resource, list_page, list_resources
 from catalog.core.resources.paging import DEFAULT_PAGE, MAX_PAGE, cursor_after, page_start
 from catalog.core.resources.record import (
     LISTING_ENTRY_FIELDS,
@@ -54,7 +54,6 @@ __all__ = [
     "list_page",
     "list_resources",
     "list_versions",
-    "listed_page",
     "listing_clause",
     "page_start",
     "patch_resource",
@@ -63,5 +62,4 @@ __all__ = [
     "tree_page",
     "upsert_many",
     "upsert_resource",
-    "visible_page",
 ]

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core import blobs as blob_store
@@ -13,12 +10,12 @@ from catalog.core.errors import NotFound
 from catalog.core.principal import Principal
 from catalog.core.resources import repository as rows
 from catalog.core.resources.paging import DEFAULT_PAGE, page_of, page_start
-from catalog.core.resources.record import ListingEntry, ListingValues, ResourceRecord
+from catalog.core.resources.record import ResourceRecord
 from catalog.core.resources.repository import NO_FILTER, ListingFilter
 from catalog.core.resources.search import search_page
 from catalog.core.tenants import Tenant
 from catalog.core.visibility import Visibility, load_visibility
-from catalog.db.engine import TenantScope, self_scoped_driver, transaction
+from catalog.db.engine import TenantScope, transaction
 
 
 async def get_resource(
@@ -58,34 +55,6 @@ async def list_page(
         )
     records = await rows.page_rows(conn, visibility, after=after, limit=limit + 1, filters=filters)
     return page_of(catalog, visibility, records, listing=listing, limit=limit, filters=filters)
-
-
-async def visible_page(
-    catalog: Catalog, visibility: Visibility, *, listing: str, cursor: str | None, limit: int = DEFAULT_PAGE
-) -> tuple[list[ListingEntry], str | None]:
-    """:func:`list_page` without filters as one statement outside any transaction
-    (``repository.visible_page_rows``): the same page and cursor."""
-    after = page_start(catalog, visibility, listing=listing, cursor=cursor)
-    if visibility.nothing:
-        return [], None
-    async with self_scoped_driver(catalog.engine) as driver:
-        records = await rows.visible_page_rows(driver, visibility, after=after, limit=limit + 1)
-    return page_of(catalog, visibility, records, listing=listing, limit=limit)
-
-
-def listed_page(
-    catalog: Catalog, visibility: Visibility, found: Sequence[Any], first: int, *, listing: str, limit: int
-) -> tuple[list[ListingValues], str | None]:
-    """:func:`visible_page`'s answer, as each entry's values (``ListingValues``), from up to
-    ``limit + 1`` rows a caller's own statement read with ``visibility``'s selectors
-    (``catalog_plain_page``), their entry columns from ``first`` on."""
-    return page_of(
-        catalog, visibility, rows.listing_values(found, first), listing=listing, limit=limit, uri_of=_first
-    )
-
-
-def _first(values: ListingValues) -> str:
-    return str(values[0])  # an entry's URI: its first field
 
 
 async def list_resources(

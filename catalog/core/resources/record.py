@@ -43,7 +43,7 @@ def effective_annotations(annotations: dict[str, Any] | None, content_changed_at
 @dataclass(frozen=True)
 class ListingEntry:
     """What a listing shows of a resource and nothing more (no content, no bookkeeping): a page
-    builds a hundred of them (``repository.visible_page_rows``)."""
+    builds a hundred of them (``direct.listing.visible_page_rows``)."""
 
     uri: str
     name: str
@@ -60,7 +60,7 @@ class ListingEntry:
         return effective_annotations(self.annotations, self.content_changed_at)
 
 
-# A listing entry's values as a tuple in its fields' order: what the plain list path passes from
+# A listing entry's values as a tuple in its fields' order: what the fast list path passes from
 # the rows to the wire without building a ``ListingEntry`` for each (a page has a hundred).
 ListingValues = tuple[Any, ...]
 LISTING_ENTRY_FIELDS = tuple(entry_field.name for entry_field in fields(ListingEntry))

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import asyncpg
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
@@ -31,11 +30,10 @@ from sqlalchemy import delete as sql_delete
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from catalog.core.resources.record import ListingEntry, ListingValues, ResourceRecord, record_from_row
+from catalog.core.resources.record import ResourceRecord, record_from_row
 from catalog.core.uris import uri_prefix_upper_bound
 from catalog.core.visibility import Visibility
 from catalog.db.models import resource_versions, resources
-from catalog.db.rows import from_rows
 
 ROWS_PER_STATEMENT = 1000  # keeps a statement under PostgreSQL's 32767 parameters
 
@@ -232,35 +230,6 @@ def listing_clause(
         else:
             clauses.append(metadata_match(filters.query))
     return and_(*clauses)
-
-
-_VISIBLE_PAGE = "SELECT * FROM catalog_visible_page($1, $2, $3, $4, $5, $6, $7, $8)"
-
-
-async def visible_page_rows(
-    driver: asyncpg.Connection, visibility: Visibility, *, after: str | None, limit: int
-) -> list[ListingEntry]:
-    """:func:`page_rows` without filters as one statement on a raw driver outside any transaction
-    (``catalog_visible_page`` binds the tenant's scope for itself): the plain list path."""
-    lows, highs, tags, uris = visibility.page_selectors()
-    found = await driver.fetch(
-        _VISIBLE_PAGE,
-        visibility.tenant_id,
-        visibility.everything,
-        lows,
-        highs,
-        tags,
-        uris,
-        after or "",
-        limit,
-    )
-    return from_rows(ListingEntry, found)
-
-
-def listing_values(rows: Sequence[Any], first: int) -> list[ListingValues]:
-    """Entries' values from rows whose columns from position ``first`` on are a listing entry's
-    fields in order (``catalog_plain_page``'s page rows, after the principal's columns)."""
-    return [row[first:] for row in rows]
 
 
 async def page_rows(

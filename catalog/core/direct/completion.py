@@ -49,19 +49,15 @@ from sqlalchemy import (
 )
 
 from catalog.core.catalog import Catalog
+from catalog.core.direct.standing import fast_standing, remember_visibility, standing_arguments, standing_of
 from catalog.core.errors import InvalidInput, NotFound
 from catalog.core.principal import Principal
-from catalog.core.reading import (
-    plain_standing,
-    remember_visibility,
-    standing_arguments,
-    standing_of,
-    tenant_of,
-)
+from catalog.core.reading import tenant_of
 from catalog.core.uri_templates.completion import completion_candidates
 from catalog.core.uri_templates.parsing import InvalidTemplate, parse_template
 from catalog.core.visibility import Visibility, load_visibility
-from catalog.db.engine import TenantScope, scoped_driver, transaction
+from catalog.db.driver import scoped_driver
+from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import resources, templates
 from catalog.db.statements import DriverStatement, driver_statement
 
@@ -141,12 +137,12 @@ async def complete_argument(
 
 
 @dataclass(frozen=True)
-class PlainCompletion:
+class FastCompletion:
     principal: Principal
     completion: Completion
 
 
-async def plain_completion(
+async def fast_completion(
     catalog: Catalog,
     uri_template: str,
     argument: str,
@@ -155,17 +151,17 @@ async def plain_completion(
     *,
     token: str | None = None,
     principal: Principal | None = None,
-) -> PlainCompletion | None:
+) -> FastCompletion | None:
     """:func:`complete_argument` for an opaque ``token`` or an authenticated tenant ``principal``;
     None when the full path must answer (an unknown, revoked or expired token; an unknown template
     or a refused argument, whose errors are the full path's).
 
-    A credential whose visibility is remembered (``reading.remember_visibility``) is authenticated
+    A credential whose visibility is remembered (``standing.remember_visibility``) is authenticated
     by the scan's first statement, in the transaction bound to that visibility's tenant: BEGIN, one
     statement, COMMIT. The scan is used only if the visibility computed from the grants that
     statement returned is the remembered one; otherwise (a credential's first completion or list
     page, its grants changed) the authentication and grants come first, in a statement of their
-    own (``reading.plain_standing``), then :func:`complete_argument`."""
+    own (``standing.fast_standing``), then :func:`complete_argument`."""
     credential = standing_arguments(token, principal)
     if credential is None or not _storable(uri_template):
         return None
@@ -181,9 +177,9 @@ async def plain_completion(
             return None
         principal, visibility = authentication.standing
         if visibility == guess:
-            return PlainCompletion(principal, scan.completion()) if scan.template_known else None
+            return FastCompletion(principal, scan.completion()) if scan.template_known else None
     else:
-        found = await plain_standing(catalog, None, token, principal)
+        found = await fast_standing(catalog, None, token, principal)
         if found is None:
             return None
         principal, visibility, _ = found
@@ -194,7 +190,7 @@ async def plain_completion(
         )
     except (UnknownTemplate, InvalidArgument):
         return None
-    return PlainCompletion(principal, completion)
+    return FastCompletion(principal, completion)
 
 
 def _candidates(
@@ -335,7 +331,7 @@ def _if_template_visible(visibility: Visibility, scan: Select[Any]) -> Select[An
     return select(case((exists(_template_statement(visibility)), func.array(scan.scalar_subquery()))))
 
 
-# catalog_plain_read's principal parameters, in ``reading.standing_arguments``' order.
+# catalog_plain_read's principal parameters, in ``standing.standing_arguments``' order.
 _CREDENTIAL_PARAMETERS = ("p_hash", "p_tenant", "p_scopes", "p_admin")
 _STANDING = text("catalog_plain_read(:p_hash, :p_tenant, :p_scopes, :p_admin, NULL) AS standing")
 
