@@ -5,7 +5,8 @@ by the grants themselves are exactly those that
 - ``Visibility.allows`` admits (event fan-out, the fast read's last check),
 - the SQLAlchemy predicate ``Visibility.resources_clause`` selects (every listing and read of the
   full path), on the grants ``load_visibility`` loaded (``catalog_scope_grants``),
-- the page function lists, page after small page (``visible_page`` over ``catalog_visible_page``),
+- the page function lists, page after small page (``direct.listing.visible_page`` over
+  ``catalog_visible_page``),
 - the fast read sends content for (``catalog_plain_read`` with the selectors Python compiled, the
   grants it loaded itself).
 
@@ -28,9 +29,9 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 
 from catalog.core.catalog import Catalog
+from catalog.core.direct.listing import visible_page
 from catalog.core.principal import Principal
 from catalog.core.reading import RESOURCE_LISTING
-from catalog.core.resources.listing import visible_page
 from catalog.core.visibility import Visibility, load_visibility
 from catalog.db.engine import TenantScope, create_engine, transaction
 from catalog.db.models import resources
