@@ -6,7 +6,8 @@ One served app answers every request twice, with ``CATALOG_MCP_FAST_PATH`` ``on`
 (the setting is read per request), and the two answers are compared: status, media type, body.
 Hypothesis draws the request around the acceptance edges (the JSON-RPC fuzzer's strategies,
 ``tests/test_hostile_jsonrpc.py``, for envelopes and values): principals (anonymous, tokens whose
-grants are a prefix, a tag, admin, nothing, another tenant's, an unknown token), URIs (visible,
+grants are a prefix, a tag, admin, nothing, another tenant's, an unknown token, and tokens whose
+grants are drawn at random from a small space of URIs, prefixes and tags), URIs (visible,
 hidden, missing, templated, other tenant's, malformed), cursors (each principal's real next-page
 cursors, another principal's, tampered, garbage), completion arguments, and envelopes with good and
 bad ``clientCapabilities``, ``clientInfo``, extra keys and ids of every JSON type.
@@ -15,6 +16,7 @@ bad ``clientCapabilities``, ``clientInfo``, extra keys and ids of every JSON typ
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,15 +27,60 @@ import pytest_asyncio
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from catalog.core.grants import create_grant
+from catalog.core.schemas.grants import GrantIn
+from catalog.core.schemas.tokens import TokenIn
+from catalog.core.tokens import create_token
 from catalog.mcp.shadow import canonical, differences
 from catalog.observability import metrics
-from tests.mcp_helpers import HIDDEN, MODERN, Served, envelope, mcp_settings, module_database, served
+from tests.mcp_helpers import (
+    HIDDEN,
+    MODERN,
+    SYSTEM,
+    Served,
+    acting_catalog,
+    envelope,
+    mcp_settings,
+    module_database,
+    served,
+)
 from tests.test_hostile_jsonrpc import JSON, URIS, bad_meta
 
 pytestmark = pytest.mark.fast_path
 
 READ, LIST, COMPLETE = "resources/read", "resources/list", "completion/complete"
-PRINCIPALS = [None, "src", "staff", "admin", "none", "other-admin", "unknown"]
+# Tokens with generated grants: each holds a scope of its own (and sometimes another's too), whose
+# grants are drawn from GRANT_SPACE: prefixes that cover one another or end at a character's edge,
+# single URIs (a directory, a hidden one, a templated one), tags. Seeded: the same sets every run,
+# so a failure is reproduced.
+GENERATED = [f"generated-{n}" for n in range(6)]
+GRANT_SPACE: list[dict[str, str]] = [
+    *(
+        {"uriPrefix": prefix}
+        for prefix in [
+            "file:///project",
+            "file:///project/",
+            "file:///project/s",
+            "test://",
+            "test://bulk/00",
+            "test://bulk/01",
+            "test://static-",
+        ]
+    ),
+    *(
+        {"uri": uri}
+        for uri in [
+            "test://static-text",
+            "file:///project",
+            HIDDEN,
+            "test://bulk/0007",
+            "test://template/42/data",
+        ]
+    ),
+    *({"tag": tag} for tag in ["docs", "code", "staff", "internal"]),
+]
+PRINCIPALS = [None, "src", "staff", "admin", "none", "other-admin", "unknown", *GENERATED]
+LISTERS = [None, "src", "staff", "admin", "none", *GENERATED]
 VISIBLE_URIS = [
     "test://static-text",
     "TEST://static-text",
@@ -65,8 +112,27 @@ async def srv(postgres_server: Any, template_database: str, tmp_path_factory: An
         yield s
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def generated_grants(srv: Served) -> dict[str, list[dict[str, str]]]:
+    """The GENERATED tokens, made in the served tenant: each one's grants (by scope), drawn from
+    GRANT_SPACE."""
+    draw = random.Random(23)
+    drawn: dict[str, list[dict[str, str]]] = {}
+    async with acting_catalog(srv) as catalog:
+        for name in GENERATED:
+            drawn[name] = draw.sample(GRANT_SPACE, draw.randint(1, 4))
+            for selector in drawn[name]:
+                grant = GrantIn.model_validate({"scope": name, **selector})
+                await create_grant(catalog, SYSTEM, srv.fixture.tenant, grant)
+        for name in GENERATED:
+            scopes = [name, *draw.sample(GENERATED, draw.randint(0, 1))]
+            token = TokenIn.model_validate({"scopes": sorted(set(scopes))})
+            srv.fixture.tokens[name] = (await create_token(catalog, SYSTEM, srv.fixture.tenant, token)).token
+    return drawn
+
+
 @pytest.fixture(scope="module")
-def http(srv: Served) -> Iterator[httpx.Client]:
+def http(srv: Served, generated_grants: dict[str, list[dict[str, str]]]) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=srv.base_url, timeout=30) as client:
         yield client
 
@@ -167,9 +233,11 @@ PLAIN_READS = [
     ("admin", "TEST://static-text"),
     ("src", "file:///project/src/app.py"),
     ("admin", "test://bulk/0007"),
+    *((name, uri) for name in GENERATED for uri in ["test://static-text", "file:///project/src/app.py"]),
 ]
 PLAIN_COMPLETIONS = [
     (None, {"name": "id", "value": ""}),
+    *((name, {"name": "id", "value": ""}) for name in GENERATED[:3]),
     ("staff", {"name": "id", "value": "4"}),
     ("admin", {"name": "id", "value": "1"}),
 ]
@@ -206,7 +274,7 @@ def requests(draw: st.DrawFn, srv: Served, http: httpx.Client) -> tuple[dict[str
     if method == READ:
         principal, uri = draw(st.sampled_from(PLAIN_READS))
     elif method == LIST:
-        principal = draw(st.sampled_from([None, "src", "staff", "admin", "none"]))
+        principal = draw(st.sampled_from(LISTERS))
         known = cursors(srv, http)[principal]
         if known and draw(st.booleans()):
             params["cursor"] = draw(st.sampled_from(known))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -225,3 +226,42 @@ async def test_selectors_the_principal_no_longer_holds_show_nothing(db: asyncpg.
 def test_the_sql_definitions_ship_as_package_data() -> None:
     """pyproject's package-data names catalog/db/sql/*.sql, so an installed wheel has the file."""
     assert "CREATE OR REPLACE FUNCTION catalog_plain_read(" in sql_text()
+
+
+# -- one grant loader (issue 23 item 4) ------------------------------------------------------------
+
+
+def test_one_function_of_the_package_reads_the_grants_table() -> None:
+    """Which grants a principal's scopes hold is loaded in one place (``catalog_scope_grants``):
+    ``catalog_plain_read`` (so ``catalog_plain_page`` and completion) calls it, and so does
+    ``load_visibility``."""
+    text = sql_text()
+    readers = [
+        text.rfind("CREATE OR REPLACE FUNCTION", 0, at.start())
+        for at in re.finditer(r"\b(FROM|JOIN)\s+grants\b", text)
+    ]
+    assert [text[start:].split("(")[0].split()[-1] for start in readers] == ["catalog_scope_grants"]
+    plain_read = text[text.index("CREATE OR REPLACE FUNCTION catalog_plain_read(") :]
+    assert "FROM catalog_scope_grants(principal_tenant_id, principal_scopes)" in plain_read.split("$$;")[0]
+
+
+async def test_the_grant_loader_returns_only_grants_the_callers_scope_may_read(
+    db: asyncpg.Connection,
+) -> None:
+    """``catalog_scope_grants`` runs as its caller: under the app role, row-level security shows it
+    the grants of the tenant the transaction is scoped to and none of another's; it returns every
+    grant of the scopes asked for (the admin flag and the like are Python's rule), NULL arrays for
+    none."""
+    tenant = await _seeded(db)
+    other = await db.fetchval("INSERT INTO tenants (slug, name) VALUES ('o', 'O') RETURNING id")
+    await db.execute(
+        "INSERT INTO grants (tenant_id, scope, tag) VALUES ($1, 'reader', 't'), ($1, 'writer', 'w')", tenant
+    )
+    loaded = "SELECT uris, prefixes, tags FROM catalog_scope_grants($1, $2)"
+    for scope, expected in ((tenant, (None, ["file:///shared/"], ["t"])), (other, (None, None, None))):
+        async with db.transaction():
+            await db.execute("SET LOCAL ROLE catalog_app")
+            await db.execute("SELECT set_config('catalog.tenant_id', $1, true)", str(scope))
+            assert tuple(await db.fetchrow(loaded, tenant, ["reader", "nothing"])) == expected, scope
+    assert tuple(await db.fetchrow(loaded, tenant, [])) == (None, None, None)
+    assert sorted((await db.fetchrow(loaded, tenant, ["reader", "writer"]))["tags"]) == ["t", "w"]

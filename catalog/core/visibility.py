@@ -5,10 +5,11 @@ that some grant of that tenant gives over it: ``{uri}`` (one resource), ``{uriPr
 starting with that string: a plain string prefix, so ``file:///a`` covers ``file:///ab`` too) or
 ``{tag}`` (everything carrying the tag). Templates are matched on their literal prefix.
 
-``load_visibility`` reads the principal's grants once; the resulting ``Visibility`` turns them into
-SQL predicates — prefix grants as index ranges on the "C"-collated URI, never post-filters — used by
-every surface (MCP list/read/templates/completion, admin listings, subscriptions), and can decide
-a single URI for event fan-out by exactly the same rule.
+``load_visibility`` reads the principal's grants once (``catalog_scope_grants``, the one loader
+of grants); the resulting ``Visibility`` turns them into SQL predicates — prefix grants as index
+ranges on the "C"-collated URI, never post-filters — used by every surface (MCP
+list/read/templates/completion, admin listings, subscriptions), and can decide a single URI for
+event fan-out by exactly the same rule.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from sqlalchemy import (
     false,
     literal,
     or_,
-    select,
     text,
     true,
 )
@@ -41,7 +41,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from catalog.core.principal import Principal
 from catalog.core.uri_templates.parsing import InvalidTemplate, literal_prefix
 from catalog.core.uris import uri_prefix_upper_bound
-from catalog.db.models import grants
 
 _BEYOND_EVERY_URI = "\U0010ffff" * 4
 
@@ -62,6 +61,15 @@ _SPARSE_PAGE = (
         bindparam("limit", type_=Integer),
     )
     .columns(uri=Text)
+)
+
+
+# The one loader of a principal's grants (``catalog_scope_grants``, migration 0013), which the
+# one-statement read (``catalog_plain_read``) calls too.
+_SCOPE_GRANTS = (
+    text("SELECT g.uris, g.prefixes, g.tags FROM catalog_scope_grants(:tenant_id, :scopes) AS g")
+    .bindparams(bindparam("tenant_id", type_=BigInteger), bindparam("scopes", type_=ARRAY(Text)))
+    .columns(uris=ARRAY(Text), prefixes=ARRAY(Text), tags=ARRAY(Text))
 )
 
 
@@ -190,21 +198,26 @@ def _fingerprint(tenant_id: int, kind: str, admin: bool, scopes: frozenset[str])
 
 
 async def load_visibility(conn: AsyncConnection, principal: Principal, tenant_id: int) -> Visibility:
-    if principal.administers(tenant_id) or principal.tenant_id != tenant_id or not principal.scopes:
+    """What ``principal`` sees of ``tenant_id``: the grants its scopes hold there, loaded by the one
+    loader (``catalog_scope_grants``, as ``catalog_plain_read`` loads them) on ``conn`` (whose scope
+    must include the tenant), under the one rule (:func:`visibility_of_grants`). Not loaded when
+    that rule would not look at them."""
+    if not grants_decide(principal, tenant_id):
         return visibility_of_grants(principal, tenant_id)
-    rows = (
-        await conn.execute(
-            select(grants.c.uri, grants.c.uri_prefix, grants.c.tag).where(
-                grants.c.tenant_id == tenant_id, grants.c.scope.in_(sorted(principal.scopes))
-            )
-        )
-    ).all()
+    row = (
+        await conn.execute(_SCOPE_GRANTS, {"tenant_id": tenant_id, "scopes": sorted(principal.scopes)})
+    ).one()
     return visibility_of_grants(
-        principal,
-        tenant_id,
-        uris=(row.uri for row in rows if row.uri is not None),
-        prefixes=(row.uri_prefix for row in rows if row.uri_prefix is not None),
-        tags=(row.tag for row in rows if row.tag is not None),
+        principal, tenant_id, uris=row.uris or (), prefixes=row.prefixes or (), tags=row.tags or ()
+    )
+
+
+def grants_decide(principal: Principal, tenant_id: int) -> bool:
+    """Whether the grants of ``principal``'s scopes decide what it sees of ``tenant_id``: not for an
+    admin of the tenant (everything), nor for a principal of another tenant or without scopes
+    (nothing)."""
+    return (
+        not principal.administers(tenant_id) and principal.tenant_id == tenant_id and bool(principal.scopes)
     )
 
 
@@ -217,13 +230,11 @@ def visibility_of_grants(
     tags: Iterable[str] = (),
 ) -> Visibility:
     """What ``principal`` sees of ``tenant_id`` given the selectors of the grants its scopes hold in
-    that tenant (ignored for an admin of the tenant; nothing for a principal of another tenant or
-    without scopes): how :func:`load_visibility` and the one-statement read decide."""
+    that tenant (ignored unless they decide, :func:`grants_decide`): the one rule, on the grants of
+    :func:`load_visibility` and of the one-statement read (``catalog_plain_read``)."""
     fingerprint = principal_fingerprint(principal, tenant_id)
-    if principal.administers(tenant_id):
-        return Visibility(tenant_id, True, fingerprint=fingerprint)
-    if principal.tenant_id != tenant_id or not principal.scopes:
-        return Visibility(tenant_id, False, fingerprint=fingerprint)
+    if not grants_decide(principal, tenant_id):
+        return Visibility(tenant_id, principal.administers(tenant_id), fingerprint=fingerprint)
     return Visibility(
         tenant_id,
         False,
@@ -243,4 +254,4 @@ def _minimal_prefixes(prefixes: Iterable[str]) -> tuple[str, ...]:
     return tuple(kept)
 
 
-__all__ = ["Visibility", "load_visibility", "principal_fingerprint", "visibility_of_grants"]
+__all__ = ["Visibility", "grants_decide", "load_visibility", "principal_fingerprint", "visibility_of_grants"]

@@ -456,14 +456,31 @@ $$;
 -- those selectors. They load the principal's grants only to hand them back, so that Python can
 -- compile the selectors of its next statement.
 
--- A fast resources/read in one statement (0008; content only for a visible row, 0012), as the
--- caller (row-level security applies to every table it reads):
+-- The grants a tenant gives the scopes p_scopes, as three arrays (NULL where there are none): the
+-- one loader of grants (0013), called by catalog.core.visibility.load_visibility and by
+-- catalog_plain_read (so by catalog_plain_page and completion too). It decides nothing: what a
+-- principal sees with them (everything for an admin, nothing for another tenant's principal or one
+-- without scopes) is one rule, catalog.core.visibility.visibility_of_grants. It runs as the
+-- caller, so row-level security applies: the caller's scope must include p_tenant.
+CREATE OR REPLACE FUNCTION catalog_scope_grants(p_tenant bigint, p_scopes text[])
+RETURNS TABLE (uris text[], prefixes text[], tags text[])
+LANGUAGE sql STABLE AS $$
+SELECT array_agg(g.uri) FILTER (WHERE g.uri IS NOT NULL),
+       array_agg(g.uri_prefix) FILTER (WHERE g.uri_prefix IS NOT NULL),
+       array_agg(g.tag) FILTER (WHERE g.tag IS NOT NULL)
+FROM grants AS g
+WHERE g.tenant_id = p_tenant AND g.scope = ANY(p_scopes)
+$$;
+
+-- A fast resources/read in one statement (0008; content only for a visible row, 0012; the grants
+-- loaded by catalog_scope_grants, 0013), as the caller (row-level security applies to every table
+-- it reads):
 -- 1. The principal: with p_hash, the live token's (catalog_token_principal); no row at all for an
 --    unknown, revoked or expired token. Without it, the principal the caller authenticated
 --    (p_tenant, p_scopes, p_admin).
 -- 2. The statement's scope becomes that tenant (restored before returning).
--- 3. The grants of that tenant that the principal's scopes hold, as three arrays (none for an
---    admin): the caller compiles its selectors from them.
+-- 3. The grants of that tenant that the principal's scopes hold (catalog_scope_grants, 0013;
+--    whoever the principal is): the caller compiles its selectors from them.
 -- 4. The resource with exactly p_uri in that tenant, with its blob's bytes, only when the
 --    selectors passed show it (p_everything NULL: none passed, no row is read) and only while the
 --    principal holds every one of them (an admin for p_everything; a grant for each URI, prefix
@@ -507,14 +524,8 @@ BEGIN
         RETURN;
     END IF;
     PERFORM set_config('catalog.tenant_id', principal_tenant_id::text, true);
-    IF NOT principal_is_admin AND cardinality(principal_scopes) > 0 THEN
-        SELECT array_agg(g.uri) FILTER (WHERE g.uri IS NOT NULL),
-               array_agg(g.uri_prefix) FILTER (WHERE g.uri_prefix IS NOT NULL),
-               array_agg(g.tag) FILTER (WHERE g.tag IS NOT NULL)
-        INTO grant_uris, grant_prefixes, grant_tags
-        FROM grants AS g
-        WHERE g.tenant_id = principal_tenant_id AND g.scope = ANY(principal_scopes);
-    END IF;
+    SELECT s.uris, s.prefixes, s.tags INTO grant_uris, grant_prefixes, grant_tags
+    FROM catalog_scope_grants(principal_tenant_id, principal_scopes) AS s;
     -- Whether the principal holds every selector passed (NULL when none were).
     v_held := CASE
         WHEN p_everything THEN principal_is_admin
