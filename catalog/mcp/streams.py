@@ -1,8 +1,8 @@
 """The one writer of the SSE streams catalog writes itself: queue, keep-alive, credential, end.
 
-Two streams are written here: the fast path's ``subscriptions/listen``
-(``catalog.mcp.plain_listen``) and the GET stream of a 2025-11-25 session
-(``catalog.mcp.sessions.get_stream``). What differs between them stays with them: the first bytes
+Three streams are written here: the fast path's ``subscriptions/listen``
+(``catalog.mcp.plain_listen``), the SDK path's (``catalog.mcp.listen``) and the GET stream of a
+2025-11-25 session (``catalog.mcp.sessions.get_stream``). What differs between them stays with them: the first bytes
 (the listen's ack; the GET stream's empty first chunk), how a delivery becomes frames, and what the
 end writes (the listen's result or error; the GET stream's bare end, as 2025 has no error to send).
 What they share is here, in :class:`SseStream`:
@@ -16,14 +16,15 @@ What they share is here, in :class:`SseStream`:
   it when revoked or expired;
 * the client going away ends it (``Ending.GONE``: nothing more is written).
 
-A listen the SDK serves (``catalog.mcp.listen``) is written by the SDK's own response writer, with
-the SDK's keep-alive: it shares the frames and the credential's error, not this loop.
+A listen the SDK serves (``catalog.mcp.listen``) runs the same loop over the SDK's response sink,
+without keep-alives of its own: the SDK's writer beneath sends those.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import math
 from collections.abc import Iterable
 
 import anyio
@@ -61,15 +62,27 @@ class SseStream:
     :data:`PING_INTERVAL_S` of silence) and the credential's expiry.
     """
 
-    __slots__ = ("_alarm", "_hold", "_pending", "_ping_due", "_wake", "_written", "ending")
+    __slots__ = (
+        "_alarm",
+        "_hold",
+        "_keep_alive",
+        "_pending",
+        "_ping_due",
+        "_running",
+        "_wake",
+        "_written",
+        "ending",
+    )
 
-    def __init__(self, hold: CredentialHold | None = None) -> None:
+    def __init__(self, hold: CredentialHold | None = None, *, keep_alive: bool = True) -> None:
         self._hold = hold
+        self._keep_alive = keep_alive  # False where the writer beneath keeps the stream alive itself
         self._pending: list[bytes] = []
         self._wake: asyncio.Future[None] | None = None
         self._alarm: asyncio.TimerHandle | None = None
         self._written = 0.0  # the loop's time of the last write
         self._ping_due = False
+        self._running = False  # between run's start and its end: when the alarm may be armed
         self.ending: Ending | None = None
         if hold is not None:
             hold.on_change = self.credential_changed
@@ -101,6 +114,8 @@ class SseStream:
         """The credential ended or its expiry moved: look again now."""
         if self._alarm is not None:
             self._alarm.cancel()
+            self._alarm = None
+        if self._running:
             self._ring()
 
     def _ring(self) -> None:
@@ -114,13 +129,16 @@ class SseStream:
             if hold.reason is not None:
                 self.end(Ending.REVOKED if hold.reason == "revoked" else Ending.EXPIRED)
                 return
-        if now - self._written >= PING_INTERVAL_S:
-            self._ping_due = True
-            self.wake()
-        due = now + PING_INTERVAL_S if self._ping_due else self._written + PING_INTERVAL_S
+        due = math.inf
+        if self._keep_alive:
+            if now - self._written >= PING_INTERVAL_S:
+                self._ping_due = True
+                self.wake()
+            due = now + PING_INTERVAL_S if self._ping_due else self._written + PING_INTERVAL_S
         if hold is not None:
             due = min(due, now + hold.seconds_left())
-        self._alarm = loop.call_at(due, self._ring)
+        if due != math.inf:
+            self._alarm = loop.call_at(due, self._ring)
 
     async def run(self, receive: Receive, send: Send) -> Ending:
         """Write queued frames and keep-alives until the stream ends; how it ended. The caller has
@@ -129,6 +147,7 @@ class SseStream:
         gone = loop.create_task(wait_for_disconnect(receive))
         gone.add_done_callback(lambda _: self.end(Ending.GONE))
         self._written = loop.time()
+        self._running = True
         self._ring()
         try:
             while self.ending is None:
@@ -154,6 +173,8 @@ class SseStream:
             assert self.ending is not None
             return self.ending  # what is still queued is dropped, as a cancelled handler's
         finally:
+            self._running = False
             gone.cancel()
             if self._alarm is not None:
                 self._alarm.cancel()
+                self._alarm = None
