@@ -29,7 +29,7 @@ from catalog.core.schemas.tokens import TokenIn
 from catalog.core.tokens import create_token, delete_token
 from catalog.core.watching import Delivery
 from catalog.events.credentials import CredentialHold
-from catalog.mcp import plain_listen
+from catalog.mcp import streams
 from catalog.mcp.context import CREDENTIAL_ENDED
 from catalog.mcp.plain_listen import Ending, PlainStream, delivery_templates
 from catalog.mcp.wire import SSE_KEEPALIVE
@@ -241,7 +241,7 @@ async def test_a_stream_writes_each_delivery_with_its_own_subscription_id() -> N
 
 async def test_a_stream_that_falls_too_far_behind_ends() -> None:
     stream = PlainStream(2)
-    for _ in range(plain_listen.MAX_BACKLOG):
+    for _ in range(streams.MAX_BACKLOG):
         stream.push(UPDATE)
     assert stream.ending is None
     stream.push(UPDATE)  # one more than a stream may hold unsent
@@ -252,7 +252,7 @@ async def test_a_stream_that_falls_too_far_behind_ends() -> None:
 
 
 async def test_a_quiet_stream_is_kept_alive(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(plain_listen, "PING_INTERVAL_S", 0.05)
+    monkeypatch.setattr(streams, "PING_INTERVAL_S", 0.05)
     connection = Connection()
     stream = PlainStream(3)
     running = asyncio.ensure_future(stream.run(connection.receive, connection.send))

@@ -21,12 +21,13 @@ import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
+from starlette.types import Message
 
 from catalog.core.catalog import Catalog
-from catalog.core.watching import Delivery, SubscriptionsRefused, open_watch, subscription_uris
-from catalog.events.credentials import CredentialHold
+from catalog.core.watching import Delivery, SubscriptionsRefused, Watch, open_watch, subscription_uris
 from catalog.mcp.context import CREDENTIAL_ENDED, Ctx, principal_of
 from catalog.mcp.sdk_private import listen_sink
+from catalog.mcp.streams import Ending, SseStream
 from catalog.mcp.wire import sse_frame
 
 
@@ -141,11 +142,8 @@ class ListenStreams:
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: sid}  # same JSON type as the request id
         sink = listen_sink(ctx)
 
-        async def deliver(delivery: Delivery) -> None:
-            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-                for frame in self._frames.frames(as_subscribed(delivery, uris), meta):
-                    await sink.send(frame)
-                    self.frames_sent += 1
+        async def write(message: Message) -> None:
+            await sink.send(message["body"])
 
         credentials = self._host.catalog.credential_watch
         scope = anyio.CancelScope()
@@ -173,19 +171,32 @@ class ListenStreams:
                             ),
                             related_request_id=sid,
                         )
+                        # The SDK's writer beneath sends the keep-alives, and cancels this
+                        # handler when the client goes: the stream waits for no disconnect.
+                        stream = SseStream(hold, keep_alive=False)
                         async with anyio.create_task_group() as tasks:
-                            if hold is not None:
-                                tasks.start_soon(_cancel_when_ended, hold, tasks.cancel_scope)
-                            if subscription is None:
-                                await anyio.sleep_forever()
-                            async for batch in subscription:
-                                await deliver(await watch.decide(batch))
+                            if subscription is not None:
+                                tasks.start_soon(self._feed, stream, subscription, watch, uris, meta)
+                            await stream.run(_no_disconnect, write)
                             tasks.cancel_scope.cancel()
                 if hold is not None and hold.reason is not None:
                     raise credential_ended(hold.reason)
         finally:
             self._scopes.discard(scope)
         return types.SubscriptionsListenResult(_meta=meta)  # graceful end (SUB-10)
+
+    async def _feed(
+        self, stream: SseStream, subscription: Any, watch: Watch, uris: dict[str, str], meta: dict[str, Any]
+    ) -> None:
+        """Queue each delivery's frames on ``stream``; the hub closing the subscription (shutdown,
+        or this stream too slow) ends it gracefully."""
+        async for batch in subscription:
+            delivery = await watch.decide(batch)
+            if stream.ending is None:
+                frames = self._frames.frames(as_subscribed(delivery, uris), meta)
+                stream.queue(frames)
+                self.frames_sent += len(frames)
+        stream.end(Ending.CLOSED)
 
     def close(self) -> None:
         """End every stream gracefully: each handler leaves its loop and returns its result."""
@@ -204,6 +215,6 @@ def credential_ended(reason: str) -> MCPError:
     )
 
 
-async def _cancel_when_ended(hold: CredentialHold, cancel: anyio.CancelScope) -> None:
-    await hold.ended()
-    cancel.cancel()
+async def _no_disconnect() -> Message:
+    await anyio.sleep_forever()
+    raise AssertionError("unreachable")

@@ -15,8 +15,9 @@ A plainly valid listen (``catalog.mcp.plain.plain_request``) is served here inst
 * A delivery's frames are rendered once per group with a hole where each stream's
   ``_meta.subscriptionId`` goes (:func:`delivery_templates`); the group fills each stream's hole
   and queues the frames on it, never awaiting a client.
-* Each stream (:class:`PlainStream`) is the connection's own task writing what is queued, a
-  keep-alive comment after 15 s of silence (the SDK's interval), and its end: the listen's result
+* Each stream (:class:`PlainStream`, written by the shared :class:`~catalog.mcp.streams.SseStream`)
+  is the connection's own task writing what is queued, a keep-alive comment after 15 s of silence
+  (the SDK's interval), and its end: the listen's result
   when the server stops (SUB-10), the credential's error when it is revoked or expires, nothing
   when the client went away (one more task waits for that). A stream whose client reads too
   slowly to keep up ends as the SDK path's stream does when the hub drops a slow consumer.
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import time
 from collections.abc import Callable
@@ -53,14 +53,13 @@ from catalog.mcp.listen import (
 )
 from catalog.mcp.plain import LISTEN
 from catalog.mcp.results import SERVER_INFO_KEY
-from catalog.mcp.wire import SSE_HEADERS, SSE_KEEPALIVE, dumps, error_message, sse_frame
+from catalog.mcp.streams import Ending, SseStream
+from catalog.mcp.wire import SSE_HEADERS, dumps, error_message, sse_frame
 from catalog.observability import metrics
 from catalog.observability.context import note_mcp
 
 logger = logging.getLogger("catalog.mcp")
 
-PING_INTERVAL_S = 15.0  # the SDK's own keep-alive interval for a committed SSE response
-MAX_BACKLOG = 1024  # frames a stream may hold unsent: a client that falls this far behind is slow
 # The hole for a stream's subscription id in a rendered frame: a control character is always
 # escaped in JSON, and no canonical URI holds one, so its encoding appears nowhere else in a frame.
 _SID = "\x00subscriptionId\x00"
@@ -68,14 +67,6 @@ _SID_JSON = dumps(_SID).encode()
 
 GroupKey = tuple[Principal, bool, tuple[tuple[str, str], ...]]
 FrameTemplate = tuple[bytes, bytes]  # a frame around the hole for the subscription id
-
-
-class Ending(enum.Enum):
-    CLOSED = "closed"  # the server stops, or the hub dropped the group: the listen's result
-    REVOKED = "revoked"  # the credential's error (CREDENTIAL_ENDED)
-    EXPIRED = "expired"
-    FAILED = "failed"  # the group could not decide a delivery: an internal error
-    GONE = "gone"  # the client went away: nothing more is written
 
 
 _ERROR_CODES = {
@@ -120,104 +111,20 @@ def final_frame(
     return sse_frame(error_message(error.code, error.message, id=request_id, data=error.data))
 
 
-class PlainStream:
-    """One plain listen's connection: frames queued by its group, written by its own task.
+class PlainStream(SseStream):
+    """One plain listen's connection (:class:`~catalog.mcp.streams.SseStream`): its group's frames
+    with this stream's subscription id filled in."""
 
-    A delivery costs a stream one wake-up of its task: no timer per delivery. One alarm per
-    stream, re-armed when it fires, stands for both the keep-alive (due after 15 s of silence) and
-    the credential's expiry.
-    """
-
-    __slots__ = ("_alarm", "_hold", "_pending", "_ping_due", "_sid", "_wake", "_written", "ending")
+    __slots__ = ("_sid",)
 
     def __init__(self, request_id: str | int, hold: CredentialHold | None = None) -> None:
+        super().__init__(hold)
         self._sid = dumps(request_id).encode()
-        self._hold = hold
-        self._pending: list[bytes] = []
-        self._wake: asyncio.Future[None] | None = None
-        self._alarm: asyncio.TimerHandle | None = None
-        self._written = 0.0  # the loop's time of the last write
-        self._ping_due = False
-        self.ending: Ending | None = None
-        if hold is not None:
-            hold.on_change = self.credential_changed
 
     def push(self, templates: tuple[FrameTemplate, ...]) -> None:
         """Queue a delivery's frames (never waits: a group serves every stream from one loop)."""
-        if self.ending is not None:
-            return
-        pending = self._pending
-        pending.extend(self._sid.join(template) for template in templates)
-        if len(pending) > MAX_BACKLOG:
-            metrics.EVENTS_DROPPED.labels("slow_consumer").inc(len(pending))
-            pending.clear()
-            self.end(Ending.CLOSED)
-            return
-        self.wake()
-
-    def end(self, ending: Ending) -> None:
         if self.ending is None:
-            self.ending = ending
-            self.wake()
-
-    def wake(self) -> None:
-        wake = self._wake
-        if wake is not None and not wake.done():
-            wake.set_result(None)
-
-    def credential_changed(self) -> None:
-        """The credential ended or its expiry moved: look again now."""
-        if self._alarm is not None:
-            self._alarm.cancel()
-            self._ring()
-
-    def _ring(self) -> None:
-        """The alarm: a keep-alive is due, or the credential has expired; then the next alarm."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        hold = self._hold
-        if hold is not None:
-            if hold.reason is None and hold.seconds_left() <= 0:
-                hold.end("expired")  # every stream holding it is woken
-            if hold.reason is not None:
-                self.end(Ending.REVOKED if hold.reason == "revoked" else Ending.EXPIRED)
-                return
-        if now - self._written >= PING_INTERVAL_S:
-            self._ping_due = True
-            self.wake()
-        due = now + PING_INTERVAL_S if self._ping_due else self._written + PING_INTERVAL_S
-        if hold is not None:
-            due = min(due, now + hold.seconds_left())
-        self._alarm = loop.call_at(due, self._ring)
-
-    async def run(self, receive: Receive, send: Send) -> Ending:
-        """Write queued frames and keep-alives until the stream ends; how it ended."""
-        loop = asyncio.get_running_loop()
-        gone = loop.create_task(receive())  # the body is read: the next message is the disconnect
-        gone.add_done_callback(lambda _: self.end(Ending.GONE))
-        self._written = loop.time()
-        self._ring()
-        try:
-            while self.ending is None:
-                if self._pending:
-                    frames, self._pending = self._pending, []
-                    await send({"type": "http.response.body", "body": b"".join(frames), "more_body": True})
-                    self._written = loop.time()
-                elif self._ping_due:
-                    self._ping_due = False
-                    await send({"type": "http.response.body", "body": SSE_KEEPALIVE, "more_body": True})
-                    self._written = loop.time()
-                else:
-                    wake = self._wake = loop.create_future()
-                    try:
-                        await wake
-                    finally:
-                        self._wake = None
-            return self.ending  # what is still queued is dropped, as a cancelled handler's
-        finally:
-            gone.cancel()
-            if self._alarm is not None:
-                self._alarm.cancel()
+            self.queue(self._sid.join(template) for template in templates)
 
 
 class ListenGroup:

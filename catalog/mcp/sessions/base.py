@@ -7,7 +7,6 @@ import logging
 from typing import Any, Protocol
 
 from mcp.server.lowlevel.server import Server
-from starlette.types import Message, Receive
 
 from catalog.core.catalog import Catalog
 from catalog.core.sessions import SessionRecord
@@ -44,9 +43,3 @@ def session_of(ctx: Ctx) -> SessionRecord | None:
 
 def sse_headers(session_id: str) -> list[tuple[bytes, bytes]]:
     return [*SSE_HEADERS, (SESSION_ID_HEADER.encode(), session_id.encode())]
-
-
-async def wait_for_disconnect(receive: Receive) -> None:
-    message: Message = {}
-    while message.get("type") != "http.disconnect":
-        message = await receive()

@@ -26,29 +26,23 @@ from catalog.core.watching import Delivery, open_watch
 from catalog.events.credentials import CredentialHold
 from catalog.mcp.context import PRINCIPAL_STATE_KEY
 from catalog.mcp.listen import as_subscribed
-from catalog.mcp.sessions.base import (
-    SESSION_ID_HEADER,
-    SessionHost,
-    SessionIdent,
-    sse_headers,
-    wait_for_disconnect,
-)
-from catalog.mcp.wire import SSE_KEEPALIVE, error_response, sse_frame
-
-KEEPALIVE_S = 15.0  # an idle GET stream sends a comment this often (proxies drop silent streams)
+from catalog.mcp.sessions.base import SESSION_ID_HEADER, SessionHost, SessionIdent, sse_headers
+from catalog.mcp.streams import CLIENT_GONE_ERRORS, Ending, SseStream
+from catalog.mcp.wire import error_response, sse_frame
 
 
 class _GetStream:
-    """One open GET stream of a session in this process."""
+    """One open GET stream of a session in this process, written by the shared
+    :class:`~catalog.mcp.streams.SseStream`."""
 
-    def __init__(self, record: SessionRecord) -> None:
+    def __init__(self, record: SessionRecord, hold: CredentialHold | None) -> None:
         self.record = record
         self.token = secrets.token_hex(8)
-        self.ended = anyio.Event()
+        self.sse = SseStream(hold)
         self.stale = True  # its subscriptions must be (re)loaded before the next decision
 
     def end(self) -> None:
-        self.ended.set()
+        self.sse.end(Ending.CLOSED)
 
 
 class GetStreams:
@@ -99,43 +93,33 @@ class GetStreams:
         catalog = self.host.catalog
         principal: Principal = scope["state"][PRINCIPAL_STATE_KEY]
         ident = (record.tenant_id, record.key)
-        stream = _GetStream(record)
-        previous = self._streams.get(ident)
-        if previous is not None:
-            previous.end()
-        self._streams[ident] = stream
-        try:
-            await store.announce_stream(catalog, record.tenant_id, record.key, stream.token)
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": sse_headers(Headers(scope=scope)[SESSION_ID_HEADER]),
-                }
-            )
-            await send({"type": "http.response.body", "body": b"", "more_body": True})
-            credentials = catalog.credential_watch
-            with credentials.hold(principal) if credentials is not None else contextlib.nullcontext() as hold:
+        credentials = catalog.credential_watch
+        with credentials.hold(principal) if credentials is not None else contextlib.nullcontext() as hold:
+            stream = _GetStream(record, hold)  # a revoked or expired credential ends it (2025 has
+            previous = self._streams.get(ident)  # no error to send there: the stream just ends)
+            if previous is not None:
+                previous.end()
+            self._streams[ident] = stream
+            try:
+                await store.announce_stream(catalog, record.tenant_id, record.key, stream.token)
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 200,
+                        "headers": sse_headers(Headers(scope=scope)[SESSION_ID_HEADER]),
+                    }
+                )
+                await send({"type": "http.response.body", "body": b"", "more_body": True})
                 async with anyio.create_task_group() as tasks:
-                    tasks.start_soon(_end_on_disconnect, receive, stream)
-                    tasks.start_soon(self._keep_alive, stream, send)
                     tasks.start_soon(self._touch, stream)
-                    tasks.start_soon(self._deliver, stream, principal, send)
-                    if hold is not None:  # a revoked or expired credential ends the stream (2025
-                        tasks.start_soon(_end_when_ended, hold, stream)  # has no error to send here)
-                    await stream.ended.wait()
+                    tasks.start_soon(self._deliver, stream, principal)
+                    await stream.sse.run(receive, send)
                     tasks.cancel_scope.cancel()
-            with contextlib.suppress(OSError, anyio.BrokenResourceError):
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            if self._streams.get(ident) is stream:
-                del self._streams[ident]
-
-    async def _keep_alive(self, stream: _GetStream, send: Send) -> None:
-        """An idle stream must not look dead to proxies: a comment every ``KEEPALIVE_S``."""
-        while True:
-            await anyio.sleep(KEEPALIVE_S)
-            await _send_or_end(send, SSE_KEEPALIVE, stream)
+                with contextlib.suppress(*CLIENT_GONE_ERRORS):
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+            finally:
+                if self._streams.get(ident) is stream:
+                    del self._streams[ident]
 
     async def _touch(self, stream: _GetStream) -> None:
         """An open stream keeps its session alive; the stream ends if the session is gone."""
@@ -145,7 +129,7 @@ class GetStreams:
                 stream.end()
                 return
 
-    async def _deliver(self, stream: _GetStream, principal: Principal, send: Send) -> None:
+    async def _deliver(self, stream: _GetStream, principal: Principal) -> None:
         hub = self.host.hub
         if hub is None:
             return
@@ -166,8 +150,8 @@ class GetStreams:
                         catalog, principal, list_changed=True, uris=subscriptions.values()
                     )
                 delivery = await watch.decide(batch)
-                for frame in _session_frames(delivery, subscriptions):
-                    await _send_or_end(send, frame, stream)
+                if not delivery.empty:
+                    stream.sse.queue(_session_frames(delivery, subscriptions))
         stream.end()  # the hub closed the subscription (shutdown, or too slow)
 
 
@@ -182,20 +166,3 @@ def _session_frames(delivery: Delivery, subscriptions: dict[str, str]) -> list[b
         message = {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}}
         frames.append(sse_frame(message))
     return frames
-
-
-async def _send_or_end(send: Send, body: bytes, stream: _GetStream) -> None:
-    try:
-        await send({"type": "http.response.body", "body": body, "more_body": True})
-    except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-        stream.end()
-
-
-async def _end_when_ended(hold: CredentialHold, stream: _GetStream) -> None:
-    await hold.ended()
-    stream.end()
-
-
-async def _end_on_disconnect(receive: Receive, stream: _GetStream) -> None:
-    await wait_for_disconnect(receive)
-    stream.end()

@@ -44,10 +44,10 @@ from catalog.mcp.sessions.base import (
     logger,
     session_of,
     sse_headers,
-    wait_for_disconnect,
 )
 from catalog.mcp.sessions.get_stream import GetStreams
 from catalog.mcp.sessions.lifecycle import SessionLifecycle
+from catalog.mcp.streams import wait_for_disconnect
 from catalog.mcp.wire import dumps, error_message, error_response, sse_frame
 from catalog.observability.metrics import REFUSALS, SESSION_REFUSALS
 
