@@ -11,11 +11,12 @@ from typing import Any
 
 import asyncpg
 
+from catalog.core import reading
 from catalog.core.catalog import Catalog
 from catalog.core.cursors import InvalidCursor
 from catalog.core.direct.standing import remember_visibility, standing_arguments, standing_of
 from catalog.core.principal import Principal
-from catalog.core.reading import PAGE_SIZE, RESOURCE_LISTING
+from catalog.core.reading import RESOURCE_LISTING
 from catalog.core.resources.paging import DEFAULT_PAGE, page_of, page_start
 from catalog.core.resources.record import ListingEntry, ListingValues, entry_values
 from catalog.core.visibility import Visibility
@@ -60,7 +61,7 @@ async def fast_resources_page(
         except InvalidCursor:
             guess = None  # the full path decides, with the visibility the statement finds
         else:
-            selectors = (guess.everything, *guess.page_selectors(), after or "", PAGE_SIZE + 1)
+            selectors = (guess.everything, *guess.page_selectors(), after or "", reading.PAGE_SIZE + 1)
     async with self_scoped_driver(catalog.engine) as driver:
         found = await driver.fetch(_FAST_PAGE, *arguments, *selectors)
     standing = standing_of(found[0], principal) if found else None
@@ -72,11 +73,16 @@ async def fast_resources_page(
     try:
         if visibility == guess and selectors is not _NO_GUESS:
             records, next_cursor = listed_page(
-                catalog, visibility, found[1:], FAST_PAGE_LISTED, listing=RESOURCE_LISTING, limit=PAGE_SIZE
+                catalog,
+                visibility,
+                found[1:],
+                FAST_PAGE_LISTED,
+                listing=RESOURCE_LISTING,
+                limit=reading.PAGE_SIZE,
             )
         else:
             found_entries, next_cursor = await visible_page(
-                catalog, visibility, listing=RESOURCE_LISTING, cursor=cursor, limit=PAGE_SIZE
+                catalog, visibility, listing=RESOURCE_LISTING, cursor=cursor, limit=reading.PAGE_SIZE
             )
             records = [entry_values(entry) for entry in found_entries]
     except InvalidCursor:
