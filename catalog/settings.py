@@ -99,7 +99,7 @@ class Settings(BaseSettings):
     # key set is known yet, or a refetch for an unknown kid is due; past it: 503 naming the key set.
     oauth_jwks_wait_seconds: float = Field(default=2.0, gt=0, le=30)
     # Which executor answers the 2026-07-28 requests the fast path can answer (reads, list pages,
-    # completions, listens; catalog.mcp.plain): ``on`` the fast path, ``off`` the SDK's handlers,
+    # completions, listens; catalog.mcp.fast): ``on`` the fast path, ``off`` the SDK's handlers,
     # ``shadow`` the fast path, then the SDK's handlers run the same request (their answer is not
     # sent) and every difference is logged and counted (catalog_mcp_fast_path_differences_total).
     mcp_fast_path: Literal["on", "off", "shadow"] = "on"

@@ -65,7 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # Modules that prove the fast path itself (they count its answers): fast_path as a whole.
-FAST_PATH_MODULES = frozenset({"test_mcp_plain.py", "test_plain_listen.py"})
+FAST_PATH_MODULES = frozenset({"test_mcp_fast_path.py", "test_fast_listen.py"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -366,7 +366,7 @@ class RawListen:
     """A ``subscriptions/listen`` over raw HTTP in the test's loop: the SSE ``data`` lines as sent
     (``lines``) and parsed (``messages``), each new one waited for with :meth:`next`.
     ``through_sdk`` adds a progress token to the envelope, which keeps the listen off the plain
-    path (``catalog.mcp.plain_listen``) and on the SDK's."""
+    path (``catalog.mcp.fast_listen``) and on the SDK's."""
 
     def __init__(
         self,

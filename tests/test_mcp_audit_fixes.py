@@ -208,7 +208,7 @@ async def test_a_listen_naming_a_malformed_uri_is_refused_naming_it_on_both_path
         assert answer["id"] == "listen-1" and answer["error"]["code"] == -32602, answer
         assert answer["error"]["data"] == {"invalidUris": uris[1:], "invalidCount": 2}
         assert "'not a uri'" in answer["error"]["message"]
-        assert srv.app.state.mcp.plain_listens.groups == 0  # nothing was subscribed
+        assert srv.app.state.mcp.fast_listens.groups == 0  # nothing was subscribed
 
 
 # -- a grant change tells a subscriber about the subscribed URIs it shows or hides ------------------

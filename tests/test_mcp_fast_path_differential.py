@@ -1,4 +1,4 @@
-"""Differential properties of the fast path (issue 23 item 3): where ``catalog.mcp.plain`` answers a
+"""Differential properties of the fast path (issue 23 item 3): where ``catalog.mcp.fast`` answers a
 2026-07-28 request, its answer is the SDK handlers' answer to the same request, byte for byte once
 serialised canonically; where it does not, the SDK answers (so it refuses nothing the SDK accepts).
 

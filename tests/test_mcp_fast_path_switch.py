@@ -17,7 +17,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from catalog.mcp import plain
+from catalog.mcp import fast
 from catalog.mcp.shadow import MARKER, differences
 from catalog.observability import metrics
 from catalog.settings import Settings
@@ -123,9 +123,9 @@ def test_shadow_logs_and_counts_a_difference_with_its_method_and_where_it_is(
     srv: Served, mode: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     mode("shadow")
-    shared = plain.cache_hints  # a fast path gone wrong: its own cache hints, not the shared ones
+    shared = fast.cache_hints  # a fast path gone wrong: its own cache hints, not the shared ones
     monkeypatch.setattr(
-        plain, "cache_hints", lambda method, principal: {**shared(method, principal), "ttlMs": 1}
+        fast, "cache_hints", lambda method, principal: {**shared(method, principal), "ttlMs": 1}
     )
     _, _, different = read_counters()
     before = value(different)

@@ -44,7 +44,7 @@ async def srv(postgres_server: Any, template_database: str, tmp_path: Path) -> A
 
 
 async def test_a_listen_delivery_takes_the_fast_path(srv: Served) -> None:
-    """A listen the SDK serves (a progress token keeps it off ``catalog.mcp.plain_listen``) has its
+    """A listen the SDK serves (a progress token keeps it off ``catalog.mcp.fast_listen``) has its
     deliveries written to the SDK's response sink, not re-serialised by the SDK."""
     listen = srv.app.state.mcp.listen
     before = listen.frames_sent

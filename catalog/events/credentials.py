@@ -42,7 +42,7 @@ class CredentialHold:
     expires_at: datetime | None
     reason: EndReason | None = None
     # Called when the hold ends or its expiry moves: a stream that waits on other things as well
-    # (``catalog.mcp.plain_listen``) is woken by it instead of waiting in :meth:`ended`.
+    # (``catalog.mcp.fast_listen``) is woken by it instead of waiting in :meth:`ended`.
     on_change: Callable[[], None] | None = None
     _wake: anyio.Event = field(default_factory=anyio.Event)
 

@@ -37,15 +37,15 @@ from catalog.core.errors import Unauthenticated, Unavailable, database_unavailab
 from catalog.core.principal import Principal
 from catalog.core.tokens import is_opaque_token
 from catalog.mcp.context import MCP_PATH, PRINCIPAL_STATE_KEY, UNAVAILABLE_STATE_KEY
-from catalog.mcp.listen import refused_filter
-from catalog.mcp.plain import (
-    answer_plain,
-    names_plain_method,
-    plain_request,
+from catalog.mcp.fast import (
+    answer_fast,
+    fast_request,
+    names_fast_method,
     received_body,
     replaying,
 )
-from catalog.mcp.plain_listen import PlainListens
+from catalog.mcp.fast_listen import FastListens
+from catalog.mcp.listen import refused_filter
 from catalog.mcp.server import UNAVAILABLE_MESSAGE
 from catalog.mcp.sessions.transport import SessionTransport
 from catalog.mcp.shadow import Captured, compare, sdk_failed, shadow_scope
@@ -66,10 +66,10 @@ class EdgeHost(Protocol):
     settings: Settings
     sessions: SessionTransport
     streams: StreamQuotas
-    plain_listens: PlainListens
+    fast_listens: FastListens
 
     @property
-    def plain_listens_open(self) -> bool: ...
+    def fast_listens_open(self) -> bool: ...
 
     @property
     def running_catalog(self) -> Catalog | None: ...
@@ -140,7 +140,7 @@ def _id_of(body: bytes | None) -> RequestId | None:
 
 
 class _Sending:
-    """``send`` for the plain path, noting whether its response began."""
+    """``send`` for the fast path, noting whether its response began."""
 
     def __init__(self, send: Send) -> None:
         self._send = send
@@ -151,13 +151,13 @@ class _Sending:
         await self._send(message)
 
     def to_the_sdk(self, exc: Exception, method: str) -> bool:
-        """Whether the plain path's failure ``exc`` leaves the request to the SDK: any fault met
+        """Whether the fast path's failure ``exc`` leaves the request to the SDK: any fault met
         before the response began (RES-19) but the database being unavailable (the edge's 503 on
         either path). The SDK answers it as every error of this path is answered: the same
         ``-32603`` with the request's id and the same status as a request sent there."""
         if self.started or database_unavailable(exc):
             return False
-        logger.warning("mcp %s: the plain path failed, the SDK answers: %r", method, exc)
+        logger.warning("mcp %s: the fast path failed, the SDK answers: %r", method, exc)
         return True
 
 
@@ -212,11 +212,11 @@ class McpEdge:
                 # so an exhausted pool is this 503, not a JSON-RPC error inside a 200.
                 async with catalog.request_connection(eager=True):
                     mode = self.host.settings.mcp_fast_path
-                    if body is not None and mode != "off" and names_plain_method(scope):
+                    if body is not None and mode != "off" and names_fast_method(scope):
                         if mode == "shadow":
                             if await self._shadowed(catalog, scope, body, receive, watched_send):
                                 return
-                        elif await self._plain(catalog, scope, body, watched_send):
+                        elif await self._fast(catalog, scope, body, watched_send):
                             return
                     await self._authenticated(catalog, scope, receive, watched_send, body)
                 return
@@ -242,7 +242,7 @@ class McpEdge:
         the same request on the SDK path without sending its answer, compare the two, then send the
         fast path's answer (so a difference is logged and counted before its client reads on)."""
         fast = Captured()
-        if not await self._plain(catalog, scope, body, fast):
+        if not await self._fast(catalog, scope, body, fast):
             return False  # nothing was sent: the SDK path answers
         method = Headers(scope=scope).get(MCP_METHOD_HEADER) or ""  # the body's (HTTP-8)
         sdk = Captured()
@@ -256,10 +256,10 @@ class McpEdge:
         await fast.send_to(send)
         return True
 
-    async def _plain(self, catalog: Catalog, scope: Scope, body: bytes, send: Send) -> bool:
-        """Answer a plain read or list page (``catalog.mcp.plain``); False when the request must
+    async def _fast(self, catalog: Catalog, scope: Scope, body: bytes, send: Send) -> bool:
+        """Answer a fast read or list page (``catalog.mcp.fast``); False when the request must
         take the full path (nothing was sent then)."""
-        request = plain_request(scope, body)
+        request = fast_request(scope, body)
         if request is None:
             return False
         authorization = Headers(scope=scope).get("authorization")
@@ -281,7 +281,7 @@ class McpEdge:
             note_principal(scope, principal)  # before the method's span, which carries it
         sending = _Sending(send)
         try:
-            answered = await answer_plain(
+            answered = await answer_fast(
                 scope,
                 sending,
                 catalog,
@@ -359,11 +359,11 @@ class McpEdge:
                 if (
                     body is not None
                     and is_2026_request(scope)
-                    and self.host.plain_listens_open
+                    and self.host.fast_listens_open
                     # A stream is not shadowed (catalog.mcp.shadow): only ``off`` sends it to the SDK.
                     and self.host.settings.mcp_fast_path != "off"
                 ):
-                    request = plain_request(scope, body)
+                    request = fast_request(scope, body)
                     if (
                         request is not None
                         and request.notifications is not None
@@ -373,7 +373,7 @@ class McpEdge:
                         await receive()  # the body, replayed: what the stream reads next is the disconnect
                         sending = _Sending(send)
                         try:
-                            await self.host.plain_listens.serve(
+                            await self.host.fast_listens.serve(
                                 scope, receive, sending, principal, request.request_id, request.notifications
                             )
                             return

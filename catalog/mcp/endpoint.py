@@ -7,7 +7,7 @@ both eras, GET/DELETE for 2025-11-25 sessions; never ``mount()``, which would re
 
 Module map of the package: ``context`` (what a handler knows about its request), ``handlers`` (thin
 translations to ``catalog.core``), ``listen`` (2026-07-28 ``subscriptions/listen`` through the SDK),
-``plain`` and ``plain_listen`` (plainly valid requests and listens answered without it: the fast
+``fast`` and ``fast_listen`` (plainly valid requests and listens answered without it: the fast
 path, ``CATALOG_MCP_FAST_PATH``), ``results`` (the result fields both paths send), ``shadow`` (the
 fast path's answers compared with the SDK's, ``CATALOG_MCP_FAST_PATH=shadow``), ``sessions``
 (2025-11-25 sessions in PostgreSQL), ``server`` (the SDK ``Server`` and its middleware), ``asgi``
@@ -32,8 +32,8 @@ from catalog.auth.quotas import StreamLimits, StreamQuotas
 from catalog.core.catalog import Catalog
 from catalog.mcp.asgi import McpEdge
 from catalog.mcp.context import MCP_PATH
+from catalog.mcp.fast_listen import FastListens
 from catalog.mcp.listen import ListenStreams
-from catalog.mcp.plain_listen import PlainListens
 from catalog.mcp.server import build_server
 from catalog.mcp.sessions.transport import SessionTransport
 from catalog.settings import Settings
@@ -53,12 +53,12 @@ class McpEndpoint:
         self._catalog: Catalog | None = None
         self.manager_2026: StreamableHTTPSessionManager | None = None
         self.listen = ListenStreams(self)
-        self.plain_listens = PlainListens(self)
+        self.fast_listens = FastListens(self)
         self.sessions = SessionTransport(self, idle_seconds=settings.session_idle_seconds)
         self.server = build_server(
             self, signing_key=settings.signing_key(), listen=self.listen, sessions=self.sessions
         )
-        # What the SDK stamps on every 2026-07-28 result; the plain read path stamps the same.
+        # What the SDK stamps on every 2026-07-28 result; the fast read path stamps the same.
         self.server_info = self.server.server_info_stamp
         self.streams = StreamQuotas(
             StreamLimits(
@@ -86,15 +86,15 @@ class McpEndpoint:
         return self._catalog.event_hub if self._catalog is not None else None
 
     @property
-    def plain_listens_open(self) -> bool:
-        """Whether a plain listen may start here: the events run and the streams are not closing
+    def fast_listens_open(self) -> bool:
+        """Whether a fast listen may start here: the events run and the streams are not closing
         (otherwise the SDK path answers it, as it always has)."""
         return self.hub is not None and not self.listen.closed
 
     def close_streams(self) -> None:
         """End every listen stream, on either path, with its result (SUB-10)."""
         self.listen.close()
-        self.plain_listens.close()
+        self.fast_listens.close()
 
     @contextlib.asynccontextmanager
     async def run(self, catalog: Catalog, stopping: anyio.Event) -> AsyncIterator[None]:

@@ -1,5 +1,5 @@
 """The fields of an MCP result, one owner for both executors: the SDK's handlers
-(``catalog.mcp.handlers``) and the fast path (``catalog.mcp.plain``) build a result's payload and its
+(``catalog.mcp.handlers``) and the fast path (``catalog.mcp.fast``) build a result's payload and its
 cache hints here, so ``ttlMs``, ``cacheScope``, a content item and a completion cannot drift apart.
 
 What the SDK adds to every 2026-07-28 result on its way out (``resultType`` and the ``serverInfo``

@@ -1,6 +1,6 @@
 """``CATALOG_MCP_FAST_PATH=shadow``: the SDK's handlers answer again what the fast path answered.
 
-The fast path (``catalog.mcp.plain``) must answer exactly as the SDK's handlers would: the same
+The fast path (``catalog.mcp.fast``) must answer exactly as the SDK's handlers would: the same
 JSON-RPC response, byte for byte once serialised canonically. In shadow mode the edge
 (``catalog.mcp.asgi``) lets the fast path answer into a buffer, runs the same request through the
 SDK path with a copy of its ASGI scope (its answer kept, never sent), compares the two, and only

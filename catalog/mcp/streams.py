@@ -1,7 +1,7 @@
 """The one writer of the SSE streams catalog writes itself: queue, keep-alive, credential, end.
 
 Three streams are written here: the fast path's ``subscriptions/listen``
-(``catalog.mcp.plain_listen``), the SDK path's (``catalog.mcp.listen``) and the GET stream of a
+(``catalog.mcp.fast_listen``), the SDK path's (``catalog.mcp.listen``) and the GET stream of a
 2025-11-25 session (``catalog.mcp.sessions.get_stream``). What differs between them stays with them: the first bytes
 (the listen's ack; the GET stream's empty first chunk), how a delivery becomes frames, and what the
 end writes (the listen's result or error; the GET stream's bare end, as 2025 has no error to send).

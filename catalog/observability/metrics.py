@@ -47,7 +47,7 @@ MCP_REQUESTS = Counter(
 )
 MCP_PLAIN_ANSWERS = Counter(
     "catalog_mcp_plain_answers",
-    "2026-07-28 requests answered on the plain path (catalog.mcp.plain), by method",
+    "2026-07-28 requests answered on the fast path (catalog.mcp.fast; the metric keeps its first name), by method",
     ["method"],
 )
 MCP_FAST_PATH_DIFFERENCES = Counter(

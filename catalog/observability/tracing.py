@@ -153,7 +153,7 @@ def _no_orphan_statements(sampler: Any) -> Any:
 
 @contextlib.contextmanager
 def mcp_method_span(method: str, request_id: str | int, meta: dict[str, Any]) -> Iterator[None]:
-    """The MCP method's span for a request the fast path answers (``catalog.mcp.plain``): what the
+    """The MCP method's span for a request the fast path answers (``catalog.mcp.fast``): what the
     SDK's tracing middleware opens for the requests it handles (its name, kind, attributes, and the
     caller's trace context from ``_meta``), so a trace looks the same on either path. Nothing while
     tracing is off."""

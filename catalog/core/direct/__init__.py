@@ -1,5 +1,5 @@
 """The driver executor: the core's MCP operations run on the bare asyncpg driver, one statement
-per request where it can (the MCP fast path, ``catalog.mcp.plain``; ``CATALOG_MCP_FAST_PATH``).
+per request where it can (the MCP fast path, ``catalog.mcp.fast``; ``CATALOG_MCP_FAST_PATH``).
 
 The plan of each operation (canonical URI, visibility selectors, cursor start, the values
 answered) is the core's, shared with the SQLAlchemy executor (:mod:`catalog.core.reading`,

@@ -1,4 +1,4 @@
-"""Plain ``subscriptions/listen`` streams (``catalog.mcp.plain_listen``, issue 13 item 4).
+"""Plain ``subscriptions/listen`` streams (``catalog.mcp.fast_listen``, issue 13 item 4).
 
 A plainly valid listen is served without the SDK's request machinery: streams told the same share
 one hub subscription and one watch, and each stream's frames are written by its own connection's
@@ -31,7 +31,7 @@ from catalog.core.watching import Delivery
 from catalog.events.credentials import CredentialHold
 from catalog.mcp import streams
 from catalog.mcp.context import CREDENTIAL_ENDED
-from catalog.mcp.plain_listen import Ending, PlainStream, delivery_templates
+from catalog.mcp.fast_listen import Ending, FastStream, delivery_templates
 from catalog.mcp.wire import SSE_KEEPALIVE
 from catalog.observability import metrics
 from tests.mcp_helpers import RawListen, Served, acting_catalog, mcp_settings, module_database, served
@@ -128,7 +128,7 @@ async def test_the_sdk_clients_listen_takes_the_plain_path(srv: Served) -> None:
 
 
 async def test_streams_told_the_same_share_one_group_each_with_its_own_id(srv: Served) -> None:
-    listens = srv.app.state.mcp.plain_listens
+    listens = srv.app.state.mcp.fast_listens
     hub = srv.app.state.catalog.event_hub
     tenant = srv.fixture.tenant.id
     first = RawListen(srv, {"resourceSubscriptions": [WATCHED]}, id=1)
@@ -226,7 +226,7 @@ UPDATE = delivery_templates(Delivery(updated=(WATCHED,)))
 
 async def test_a_stream_writes_each_delivery_with_its_own_subscription_id() -> None:
     connection = Connection()
-    stream = PlainStream("id-1")
+    stream = FastStream("id-1")
     running = asyncio.ensure_future(stream.run(connection.receive, connection.send))
     stream.push(UPDATE)
     await asyncio.wait_for(connection.wrote.wait(), 5)
@@ -240,7 +240,7 @@ async def test_a_stream_writes_each_delivery_with_its_own_subscription_id() -> N
 
 
 async def test_a_stream_that_falls_too_far_behind_ends() -> None:
-    stream = PlainStream(2)
+    stream = FastStream(2)
     for _ in range(streams.MAX_BACKLOG):
         stream.push(UPDATE)
     assert stream.ending is None
@@ -254,7 +254,7 @@ async def test_a_stream_that_falls_too_far_behind_ends() -> None:
 async def test_a_quiet_stream_is_kept_alive(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(streams, "PING_INTERVAL_S", 0.05)
     connection = Connection()
-    stream = PlainStream(3)
+    stream = FastStream(3)
     running = asyncio.ensure_future(stream.run(connection.receive, connection.send))
     await asyncio.wait_for(connection.wrote.wait(), 5)
     connection.drop()
@@ -265,7 +265,7 @@ async def test_a_quiet_stream_is_kept_alive(monkeypatch: pytest.MonkeyPatch) -> 
 async def test_a_stream_ends_when_its_credential_expires_and_not_before() -> None:
     connection = Connection()
     hold = CredentialHold(token_id=1, expires_at=datetime.now(UTC) + timedelta(seconds=0.2))
-    stream = PlainStream(4, hold)
+    stream = FastStream(4, hold)
     running = asyncio.ensure_future(stream.run(connection.receive, connection.send))
     stream.push(UPDATE)
     await asyncio.wait_for(connection.wrote.wait(), 5)
@@ -277,7 +277,7 @@ async def test_a_stream_ends_when_its_credential_expires_and_not_before() -> Non
 async def test_a_revocation_wakes_a_waiting_stream() -> None:
     connection = Connection()
     hold = CredentialHold(token_id=1, expires_at=None)
-    stream = PlainStream(5, hold)
+    stream = FastStream(5, hold)
     running = asyncio.ensure_future(stream.run(connection.receive, connection.send))
     stream.push(UPDATE)
     await asyncio.wait_for(connection.wrote.wait(), 5)  # written: now it waits for what comes next

@@ -5,7 +5,7 @@ costs its stateless request machinery (a kernel, a dispatch context, the middlew
 models both ways) plus catalog's token lookup and a transaction: a read cost about 3 ms of CPU where
 the database's share is a tenth of that. Here a request that is *plainly* valid is answered directly:
 
-1. :func:`plain_request` accepts only what the SDK would accept and answer exactly so: a POST with
+1. :func:`fast_request` accepts only what the SDK would accept and answer exactly so: a POST with
    a JSON body and a JSON ``Accept``, no routing header twice, the body one request for
    ``resources/read`` (only ``uri``), ``resources/list`` (at most a ``cursor``) or
    ``completion/complete`` (a resource template's argument, string values only) whose envelope,
@@ -24,7 +24,7 @@ a revoked token), goes to the SDK with the body replayed, so what a client is to
 author. ``CATALOG_MCP_FAST_PATH`` turns this path off or shadows it with the SDK's
 (``catalog.mcp.shadow``); with tracing on it opens the MCP method's span as the SDK would.
 ``catalog_mcp_plain_answers_total{method}`` counts what was answered here
-(``tests/test_mcp_plain.py`` proves the path is taken and agrees with the SDK).
+(``tests/test_mcp_fast_path.py`` proves the path is taken and agrees with the SDK).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from catalog.observability.context import note_mcp, note_principal
 READ = "resources/read"
 LIST = "resources/list"
 COMPLETE = "completion/complete"
-LISTEN = "subscriptions/listen"  # a stream, served by ``catalog.mcp.plain_listen``
+LISTEN = "subscriptions/listen"  # a stream, served by ``catalog.mcp.fast_listen``
 PARAMS = {
     READ: frozenset({"_meta", "uri"}),
     LIST: frozenset({"_meta", "cursor"}),
@@ -86,7 +86,7 @@ _RESPONSE_HEADERS = [(b"content-type", CONTENT_TYPE_JSON.encode())]
 
 
 @dataclass(frozen=True)
-class PlainRequest:
+class FastRequest:
     method: str
     request_id: str | int
     uri: str = ""  # resources/read; the template of completion/complete
@@ -98,7 +98,7 @@ class PlainRequest:
     meta: dict[str, Any] | None = None  # the envelope (``_meta``): its trace context, for the span
 
 
-def names_plain_method(scope: Scope) -> bool:
+def names_fast_method(scope: Scope) -> bool:
     """A 2026-07-28 POST whose ``Mcp-Method`` header names a method this path may answer: worth
     reading the body for (the edge has already decided the request is 2026-07-28)."""
     return scope.get("method") == "POST" and Headers(scope=scope).get(MCP_METHOD_HEADER) in PARAMS
@@ -113,7 +113,7 @@ def _accepted(accept: str) -> tuple[bool, bool]:
     return json_ok, sse_ok
 
 
-def plain_request(scope: Scope, body: bytes) -> PlainRequest | None:
+def fast_request(scope: Scope, body: bytes) -> FastRequest | None:
     """What ``body`` asks for, if the request is one this path answers exactly as the SDK would;
     None sends it to the SDK."""
     headers = Headers(scope=scope)
@@ -155,12 +155,12 @@ def plain_request(scope: Scope, body: bytes) -> PlainRequest | None:
         return None
     if method == READ:
         uri = params.get("uri")
-        return PlainRequest(method, request_id, uri=uri, meta=envelope) if isinstance(uri, str) else None
+        return FastRequest(method, request_id, uri=uri, meta=envelope) if isinstance(uri, str) else None
     if method == LIST:
         cursor = params.get("cursor")
         if not isinstance(cursor, str | None):
             return None
-        return PlainRequest(method, request_id, cursor=cursor, meta=envelope)
+        return FastRequest(method, request_id, cursor=cursor, meta=envelope)
     if method == LISTEN:
         return _listen_request(request_id, params) if accepts_sse else None
     return _completion_request(request_id, params)
@@ -179,7 +179,7 @@ _REF_KEYS = frozenset({"type", "uri"})
 _ARGUMENT_KEYS = frozenset({"name", "value"})
 
 
-def _completion_request(request_id: str | int, params: dict[str, Any]) -> PlainRequest | None:
+def _completion_request(request_id: str | int, params: dict[str, Any]) -> FastRequest | None:
     """A completion of a resource template's argument, every part of the shape the SDK validates
     (anything else, a prompt reference included, is the SDK's)."""
     ref, argument, context = params.get("ref"), params.get("argument"), params.get("context", {})
@@ -194,7 +194,7 @@ def _completion_request(request_id: str | int, params: dict[str, Any]) -> PlainR
     known = context.get("arguments", {})
     if not _strings(known):
         return None
-    return PlainRequest(
+    return FastRequest(
         COMPLETE,
         request_id,
         uri=ref["uri"],
@@ -209,7 +209,7 @@ _FLAGS = ("resourcesListChanged", "toolsListChanged", "promptsListChanged")
 _FILTER_KEYS = frozenset({*_FLAGS, "resourceSubscriptions"})
 
 
-def _listen_request(request_id: str | int, params: dict[str, Any]) -> PlainRequest | None:
+def _listen_request(request_id: str | int, params: dict[str, Any]) -> FastRequest | None:
     """A listen whose filter is the SDK model's fields with their own JSON types (an extension's
     key, a flag spelt as a string, anything else is the SDK's to read)."""
     requested = params.get("notifications")
@@ -220,7 +220,7 @@ def _listen_request(request_id: str | int, params: dict[str, Any]) -> PlainReque
     uris = requested.get("resourceSubscriptions")
     if uris is not None and not (isinstance(uris, list) and all(isinstance(uri, str) for uri in uris)):
         return None
-    return PlainRequest(
+    return FastRequest(
         LISTEN,
         request_id,
         notifications=types.SubscriptionFilter.model_validate(requested),
@@ -229,7 +229,7 @@ def _listen_request(request_id: str | int, params: dict[str, Any]) -> PlainReque
 
 
 def response_body(
-    request: PlainRequest, result: dict[str, Any], principal: Principal, server_info: dict[str, Any]
+    request: FastRequest, result: dict[str, Any], principal: Principal, server_info: dict[str, Any]
 ) -> bytes:
     """The JSON-RPC response the SDK sends for ``result`` after its serialisation (the handlers'
     cache hints, ``resultType``, the ``serverInfo`` stamp: ``catalog.mcp.results``)."""
@@ -241,8 +241,8 @@ def response_body(
         return json.dumps(response, separators=(",", ":")).encode()
 
 
-async def plain_answer(
-    catalog: Catalog, request: PlainRequest, *, token: str | None, principal: Principal | None
+async def fast_answer(
+    catalog: Catalog, request: FastRequest, *, token: str | None, principal: Principal | None
 ) -> tuple[Principal, dict[str, Any]] | None:
     """The result of ``request`` for an opaque ``token`` or an authenticated ``principal``, and
     the principal it is for; None when the full path must answer."""
@@ -286,11 +286,11 @@ def _method_metrics(method: str) -> tuple[Any, Any, Any]:
     )
 
 
-async def answer_plain(
+async def answer_fast(
     scope: Scope,
     send: Send,
     catalog: Catalog,
-    request: PlainRequest,
+    request: FastRequest,
     *,
     token: str | None,
     principal: Principal | None,
@@ -300,7 +300,7 @@ async def answer_plain(
     path must answer."""
     started = time.perf_counter()
     with tracing.mcp_method_span(request.method, request.request_id, request.meta or {}):
-        answered = await plain_answer(catalog, request, token=token, principal=principal)
+        answered = await fast_answer(catalog, request, token=token, principal=principal)
     if answered is None:
         return None
     principal, result = answered

@@ -6,7 +6,7 @@ the handler's own task group, hub subscription and watch, all held for as long a
 open: about 66 KiB of a worker's memory per idle stream, and one decision and one trip through
 the SDK's writer per stream per delivery (issue 13 item 4: 10,000 streams, under 32 KiB each).
 
-A plainly valid listen (``catalog.mcp.plain.plain_request``) is served here instead:
+A plainly valid listen (``catalog.mcp.fast.fast_request``) is served here instead:
 
 * Streams that would be told exactly the same things share one :class:`ListenGroup`: the same
   principal (so the same grants), the same honoured filter and the same URIs as the client spelt
@@ -15,14 +15,14 @@ A plainly valid listen (``catalog.mcp.plain.plain_request``) is served here inst
 * A delivery's frames are rendered once per group with a hole where each stream's
   ``_meta.subscriptionId`` goes (:func:`delivery_templates`); the group fills each stream's hole
   and queues the frames on it, never awaiting a client.
-* Each stream (:class:`PlainStream`, written by the shared :class:`~catalog.mcp.streams.SseStream`)
+* Each stream (:class:`FastStream`, written by the shared :class:`~catalog.mcp.streams.SseStream`)
   is the connection's own task writing what is queued, a keep-alive comment after 15 s of silence
   (the SDK's interval), and its end: the listen's result
   when the server stops (SUB-10), the credential's error when it is revoked or expires, nothing
   when the client went away (one more task waits for that). A stream whose client reads too
   slowly to keep up ends as the SDK path's stream does when the hub drops a slow consumer.
 
-The bytes are the SDK path's (``tests/test_plain_listen.py`` compares the two streams frame for
+The bytes are the SDK path's (``tests/test_fast_listen.py`` compares the two streams frame for
 frame); everything else about a listen (quotas, authentication, the ack's terms) has one author,
 shared with the SDK path in ``catalog.mcp.listen``.
 """
@@ -44,6 +44,7 @@ from catalog.core.principal import Principal
 from catalog.core.watching import Delivery, Watch, open_watch
 from catalog.events.credentials import CredentialHold
 from catalog.mcp.context import CREDENTIAL_ENDED
+from catalog.mcp.fast import LISTEN
 from catalog.mcp.listen import (
     ListenHost,
     as_subscribed,
@@ -51,7 +52,6 @@ from catalog.mcp.listen import (
     delivery_notifications,
     listen_terms,
 )
-from catalog.mcp.plain import LISTEN
 from catalog.mcp.results import SERVER_INFO_KEY
 from catalog.mcp.streams import Ending, SseStream
 from catalog.mcp.wire import SSE_HEADERS, dumps, error_message, sse_frame
@@ -111,8 +111,8 @@ def final_frame(
     return sse_frame(error_message(error.code, error.message, id=request_id, data=error.data))
 
 
-class PlainStream(SseStream):
-    """One plain listen's connection (:class:`~catalog.mcp.streams.SseStream`): its group's frames
+class FastStream(SseStream):
+    """One fast listen's connection (:class:`~catalog.mcp.streams.SseStream`): its group's frames
     with this stream's subscription id filled in."""
 
     __slots__ = ("_sid",)
@@ -133,7 +133,7 @@ class ListenGroup:
     def __init__(self, key: GroupKey, subscription: Any) -> None:
         self.key = key
         self.subscription = subscription  # catalog.events.hub.Subscription, registered already
-        self.streams: dict[PlainStream, None] = {}
+        self.streams: dict[FastStream, None] = {}
         self.ready: asyncio.Future[Watch] = asyncio.get_running_loop().create_future()
         self.task: asyncio.Task[None] | None = None
 
@@ -172,8 +172,8 @@ class ListenGroup:
                 stream.end(ending)
 
 
-class PlainListens:
-    """The plain listen streams of one endpoint, grouped by what they are told."""
+class FastListens:
+    """The fast listen streams of one endpoint, grouped by what they are told."""
 
     def __init__(self, host: ListenHost) -> None:
         self._host = host
@@ -187,7 +187,7 @@ class PlainListens:
     def groups(self) -> int:
         return len(self._groups)
 
-    def _join(self, key: GroupKey, uris: dict[str, str], stream: PlainStream) -> ListenGroup:
+    def _join(self, key: GroupKey, uris: dict[str, str], stream: FastStream) -> ListenGroup:
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = ListenGroup(key, self._host.hub.subscribe(key[0].tenant_id))
@@ -196,7 +196,7 @@ class PlainListens:
         self._streams += 1
         return group
 
-    def _leave(self, group: ListenGroup, stream: PlainStream) -> None:
+    def _leave(self, group: ListenGroup, stream: FastStream) -> None:
         del group.streams[stream]
         self._streams -= 1
         if not group.streams and group.task is not None:
@@ -224,7 +224,7 @@ class PlainListens:
         credentials = self._host.catalog.credential_watch
         ending = Ending.GONE
         with credentials.hold(principal) if credentials is not None else contextlib.nullcontext() as hold:
-            stream = PlainStream(request_id, hold)
+            stream = FastStream(request_id, hold)
             group = self._join(key, uris, stream)
             try:
                 await asyncio.shield(group.ready)  # the watch, before the ack (as the SDK path)
@@ -250,7 +250,7 @@ class PlainListens:
         metrics.MCP_DURATION.labels(LISTEN, "2026").observe(time.perf_counter() - started)
 
     def close(self) -> None:
-        """End every plain stream with the listen's result (SUB-10)."""
+        """End every fast stream with the listen's result (SUB-10)."""
         for group in list(self._groups.values()):
             for stream in group.streams:
                 stream.end(Ending.CLOSED)
