@@ -1,9 +1,9 @@
 """Property-based leak test (issue 6, point 3): random tenants, resources, templates, grants and
 tokens, created through the admin API of a live server; for every principal, everything observable
-on every surface must be exactly what the design's visibility rule allows.
+on every surface must be exactly what the visibility rule allows.
 
-The expected sets come from :class:`Oracle`, a small restatement of the rule in design.md ("Identity,
-tenants, grants") written here from the text, without calling ``catalog.core.visibility``:
+The expected sets come from :class:`Oracle`, a small restatement of the rule in docs/contract.md
+("Who sees what") written here from the text, without calling ``catalog.core.visibility``:
 
 * a resource is visible to a principal of its tenant who is an admin, or who holds a scope that some
   grant of that tenant gives over it: ``{uri}`` equal to its URI, ``{uriPrefix}`` a string prefix of
@@ -211,7 +211,7 @@ def worlds(draw: Any) -> World:
     return World(tenants, jwt, draw(st.integers(0, len(tenants) - 1)))
 
 
-# -- the oracle: the design's rule, restated ----------------------------------------------------
+# -- the oracle: the contract's rule, restated --------------------------------------------------
 
 
 @dataclass(frozen=True)
