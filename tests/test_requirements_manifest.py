@@ -137,3 +137,19 @@ def test_the_manifest_lists_exactly_the_checklists_requirements_at_its_levels() 
     entries = manifest()
     assert list(entries) == list(listed)  # the same IDs, in the checklist's order
     assert {requirement: entry["level"] for requirement, entry in entries.items()} == listed
+
+
+def test_every_rule_of_the_architecture_names_tests_that_exist() -> None:
+    """docs/architecture.md's table "where each rule lives": each rule's Tests cell names test
+    functions (by name, as the manifest does), and each of them exists."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    header = "| Rule | Module | Tests |"
+    assert header in text
+    table = text[text.index(header) :].split("\n\n", 1)[0].splitlines()[2:]
+    functions = suite_tests()
+    assert len(table) > 20
+    for row in table:
+        cells = [cell.strip() for cell in row.strip().strip("|").split(" | ")]
+        named = re.findall(r"`(test_\w+)`", cells[-1])
+        assert named, f"a rule names no test: {row[:80]}"
+        assert [name for name in named if name not in functions] == [], row[:80]
