@@ -1102,6 +1102,7 @@ async def check_world(live: Live, world: World) -> None:
 )
 @given(world=worlds())
 def test_every_surface_shows_exactly_what_the_grants_allow(live: Live, world: World) -> None:
+    """RES-7 (docs/requirements.toml)."""
     live.loop.run_until_complete(check_world(live, world))
 
 

@@ -1,6 +1,6 @@
 """docs/requirements.toml, the protocol requirements as data, held to the suite both ways: every
 requirement names the tests that prove it (each one a test function somewhere under tests/) or says
-why none does; every requirement a test names (in its function name, ``..._res_17``, or its
+why none does, and each named test names that requirement back; every requirement a test names (in its function name, ``..._res_17``, or its
 docstring, ``RES-17``) is in the manifest; and the manifest lists exactly the checklist's IDs, at the
 checklist's levels, when the checklist (``../shared/spec-2026-07-28.md``) is beside the clone.
 Pure: reads files, no database."""
@@ -109,6 +109,22 @@ def test_every_requirement_a_test_names_is_in_the_manifest() -> None:
         if named - set(entries):
             unknown[name] = named - set(entries)
     assert unknown == {}
+
+
+def test_each_named_test_names_the_requirement_it_proves() -> None:
+    """The other direction, for a reader of the test: a test the manifest names for a requirement
+    names that requirement too, in its function name or its docstring."""
+    functions = suite_tests()
+    unnamed: dict[str, list[str]] = {}
+    for requirement, entry in manifest().items():
+        for name in entry.get("tests", []):  # type: ignore[union-attr]
+            if name not in functions:
+                continue  # test_every_named_test_exists_under_tests says so
+            named = {f"{prefix.upper()}-{number}" for prefix, number in ID_IN_NAME.findall(name)}
+            named |= {f"{prefix}-{number}" for prefix, number in ID_IN_TEXT.findall(functions[name] or "")}
+            if requirement not in named:
+                unnamed.setdefault(name, []).append(requirement)
+    assert unnamed == {}
 
 
 def test_the_id_patterns_read_names_and_docstrings_as_meant() -> None:

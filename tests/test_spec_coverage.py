@@ -154,7 +154,7 @@ async def test_discover_is_public_and_the_same_for_every_caller_cache_4(srv: Ser
 
 
 async def test_client_info_changes_no_answer_meta_5(srv: Served) -> None:
-    """META-5, CACHE-9: the same request with no ``clientInfo``, an ordinary one, or one claiming to
+    """META-5, CACHE-9, RES-6: the same request with no ``clientInfo``, an ordinary one, or one claiming to
     be something privileged gets the same answer, for a listing, a read and a refused read."""
     required = {
         "io.modelcontextprotocol/protocolVersion": MODERN,
