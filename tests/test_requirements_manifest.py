@@ -1,9 +1,9 @@
 """docs/requirements.toml, the protocol requirements as data, held to the suite both ways: every
 requirement names the tests that prove it (each one a test function somewhere under tests/) or says
-why none does, and each named test names that requirement back; every requirement a test names (in its function name, ``..._res_17``, or its
-docstring, ``RES-17``) is in the manifest; and the manifest lists exactly the checklist's IDs, at the
-checklist's levels, when the checklist (``../shared/spec-2026-07-28.md``) is beside the clone.
-Pure: reads files, no database."""
+why none does, and each named test names that requirement back; every requirement a test names (in
+its function name, ``..._res_17``, or its docstring, ``RES-17``) is in the manifest; and the
+manifest lists exactly the checklist's IDs, at the checklist's levels, when the checklist
+(``../shared/spec-2026-07-28.md``) is beside the clone. Pure: reads files, no database."""
 
 from __future__ import annotations
 
