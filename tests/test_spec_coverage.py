@@ -324,14 +324,29 @@ async def test_a_reopened_listen_hears_only_its_new_filter_sub_12(srv: Served) -
 
 
 async def test_a_request_without_a_protocol_version_header_is_the_2025_transports_http_9(srv: Served) -> None:
-    """HTTP-9: a POST without ``MCP-Protocol-Version`` is taken as the pre-2026 transport (catalog
-    serves 2025-11-25 sessions), which needs a session opened by ``initialize``: 400 with a
-    JSON-RPC error, never a modern answer, even with a complete 2026 envelope in the body."""
+    """HTTP-9, ERR-3: a POST without ``MCP-Protocol-Version`` is taken as the pre-2026 transport
+    (catalog serves 2025-11-25 sessions), which needs a session opened by ``initialize``: 400 with a
+    JSON-RPC error repeating the request's id, never a modern answer, even with a complete 2026
+    envelope in the body; with a session id that names no session, 404, the id repeated too."""
     headers = modern_headers("resources/list")
     del headers["MCP-Protocol-Version"]
     body = {"jsonrpc": "2.0", "id": 1, "method": "resources/list", "params": {"_meta": envelope()}}
     async with httpx.AsyncClient(timeout=30) as http:
         response = await http.post(srv.mcp_url, json=body, headers=headers)
+        unknown = await http.post(
+            srv.mcp_url,
+            json={**body, "id": "seven"},
+            headers={**headers, "Mcp-Session-Id": "no-such-session"},
+        )
     assert response.status_code == 400
-    answer = json.loads(response.text)
-    assert "result" not in answer and answer["error"]["code"] == -32600
+    assert json.loads(response.text) == {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "error": {"code": -32600, "message": "Bad Request: Missing session ID"},
+    }
+    assert unknown.status_code == 404
+    assert json.loads(unknown.text) == {
+        "jsonrpc": "2.0",
+        "id": "seven",
+        "error": {"code": -32600, "message": "Session not found"},
+    }
