@@ -226,12 +226,12 @@ def notifications_of(listen: RawListen) -> list[dict[str, Any]]:
 
 
 async def test_listen_streams_carry_only_their_own_notifications_sub_8_sub_9_mrtr_12(srv: Served) -> None:
-    """SUB-8, SUB-9, SUB-13, MRTR-12, HTTP-10, META-10: two listens of one caller at once, each
-    with its own filter and id (a string and an integer): each is told only what it asked for,
+    """SUB-8, SUB-9, SUB-13, MRTR-12, HTTP-10, META-9, META-10: two listens of one caller at once,
+    each with its own filter and id (a string and an integer): each is told only what it asked for,
     tagged with its own id; a read made meanwhile (with a progress token) is answered as one JSON
-    object, with no change notification on it; no frame of either stream is a request (``method``
-    with an ``id``) or a request-scoped notification (progress, log message). The listen answer is
-    an unbuffered event stream."""
+    object, with no progress and no change notification on it; no frame of either stream is a
+    request (``method`` with an ``id``) or a request-scoped notification (progress, log message).
+    The listen answer is an unbuffered event stream."""
     async with (
         httpx.AsyncClient(timeout=30) as http,
         http.stream(
