@@ -216,7 +216,6 @@ async def test_legacy_decline_is_an_error_and_no_elicitation_capability_is_32602
 
 
 async def test_directory_read_leaves_out_gated_children_without_asking(srv: Served) -> None:
-    """MRTR-2 (docs/requirements.toml)."""
     async with srv.client(elicitation_callback=accepting()) as client:
         result = await client.read_resource("file:///project/docs")
     assert [c.uri for c in result.contents] == ["file:///project/docs/guide.md"]

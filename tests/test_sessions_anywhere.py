@@ -257,7 +257,7 @@ async def python_session(http: httpx2.AsyncClient, url: str, admin_url: str) -> 
 
 
 async def test_python_sdk_sessions_on_two_workers_every_step_served_by_both(two_workers: Served) -> None:
-    """PAG-6, COMPAT-7 (docs/requirements.toml)."""
+    """COMPAT-7 (docs/requirements.toml)."""
     coverage = Coverage()
     sessions = 0
     while coverage.missing(2) and sessions < MAX_SESSIONS:

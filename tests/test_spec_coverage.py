@@ -16,6 +16,7 @@ import pytest
 import pytest_asyncio
 from mcp.shared.exceptions import MCPError
 
+from catalog.app import create_app
 from catalog.core.resources import upsert_resource
 from catalog.core.schemas.resources import ResourceIn
 from tests.mcp_helpers import (
@@ -29,6 +30,7 @@ from tests.mcp_helpers import (
     mcp_settings,
     modern_headers,
     module_database,
+    serve,
     served,
 )
 
@@ -196,6 +198,30 @@ async def test_the_same_cursor_twice_gives_the_same_page_pag_4(srv: Served) -> N
         r.model_dump() for r in again.resources
     ]
     assert once.next_cursor == again.next_cursor
+
+
+async def test_a_cursor_from_one_server_continues_on_another_pag_6(srv: Served) -> None:
+    """PAG-6, META-8: a page's cursor from one server process, sent to another on the same database
+    (with the same signing key, as every worker and host has), is the next page there, equal to the
+    next page the first server gives."""
+    first = (await post(srv, "resources/list")).json()["result"]
+    cursor = first["nextCursor"]
+    here = (await post(srv, "resources/list", {"cursor": cursor})).json()["result"]
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "resources/list",
+        "params": {"_meta": envelope(), "cursor": cursor},
+    }
+    with serve(create_app(srv.app.state.settings)) as (other_url, _, _):
+        async with httpx.AsyncClient(timeout=30) as http:
+            response = await http.post(
+                f"{other_url}/mcp", json=body, headers=modern_headers("resources/list")
+            )
+    assert response.status_code == 200
+    there = response.json()["result"]
+    assert there["resources"][0]["uri"] > first["resources"][-1]["uri"]
+    assert there["resources"] == here["resources"] and there["nextCursor"] == here["nextCursor"]
 
 
 # -- both eras -----------------------------------------------------------------------------------------
