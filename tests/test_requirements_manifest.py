@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+# The repository's root, however deep under tests/ this file is moved.
+ROOT = next(parent for parent in Path(__file__).resolve().parents if (parent / "pyproject.toml").is_file())
 MANIFEST = ROOT / "docs" / "requirements.toml"
 PREFIXES = (
     "RES",
