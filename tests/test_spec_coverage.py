@@ -301,7 +301,7 @@ async def test_listen_streams_carry_only_their_own_notifications_sub_8_sub_9_mrt
         await write(srv, WATCHED, "changed for SUB-8")
         assert (await watcher.next())["method"] == "notifications/resources/updated"
         await write(srv, "test://spec-coverage/new-for-sub-9", "a new resource: the list changed")
-        while (message := await lister.next())["method"] != "notifications/resources/list_changed":
+        while (await lister.next())["method"] != "notifications/resources/list_changed":
             pass
         await write(srv, WATCHED, "changed again: whatever the watcher was told comes before this")
         assert (await watcher.next())["method"] == "notifications/resources/updated"
