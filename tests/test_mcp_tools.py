@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import shutil
+import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +46,7 @@ from tests.mcp_helpers import (
     seed,
 )
 from tests.processes import Served, catalog_env, serving, started
+from tests.test_sessions_anywhere import node_clients  # noqa: F401  (a fixture: the TS SDK installed)
 
 asynchronous = pytest.mark.asyncio(loop_scope="session")
 
@@ -499,4 +502,36 @@ def test_summary_text_names_folders_and_cursor() -> None:
         "resources": 0,
         "folders": ["file:///x/"],
         "nextCursor": "abc",
+    }
+
+
+def test_the_typescript_sdk_lists_and_calls_the_tools(srv: Server, node_clients: Path) -> None:  # noqa: F811
+    """The TypeScript SDK client (1.x, a 2025-11-25 session), which checks each result's
+    ``structuredContent`` against the tool's ``outputSchema``: ``tests/ts/tools.mjs``."""
+    node = shutil.which("node")
+    assert node
+    ran = subprocess.run(
+        [node, str(node_clients.parent / "tools.mjs"), srv.served.mcp_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    steps = {}
+    for line in ran.stdout.splitlines():
+        record = json.loads(line)
+        assert "failed" not in record, record["failed"]
+        steps[record.get("step", "done")] = record
+    assert ran.returncode == 0, ran.stderr
+    assert steps["capabilities"]["tools"] == {"listChanged": False}
+    assert {t["name"] for t in steps["tools/list"]["tools"]} == TOOL_NAMES
+    assert all(t["output"] and t["annotations"]["readOnlyHint"] for t in steps["tools/list"]["tools"])
+    assert steps["search_resources"]["uris"] == ["file:///project/src/app.py", GATED]
+    assert steps["search_resources"]["links"] == steps["search_resources"]["uris"]
+    assert steps["list_resources"]["folders"] == ["file:///project/docs/", "file:///project/src/"]
+    assert steps["read_resource"]["text"] == "This is the content of the static text resource."
+    assert steps["consent"]["text"] == GATED_TEXT
+    assert steps["missing"] == {
+        "step": "missing",
+        "isError": True,
+        "text": "Resource not found: file:///nowhere",
     }

@@ -92,7 +92,7 @@ _CONTENT = {
         "uri": {"type": "string"},
         "mimeType": {"type": "string"},
         "text": {"type": "string"},
-        "blob": {"type": "string", "contentEncoding": "base64"},
+        "blob": {"type": "string", "description": "the bytes, base64-encoded"},
     },
     "required": ["uri"],
 }
