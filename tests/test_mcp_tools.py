@@ -239,6 +239,24 @@ async def test_bad_search_arguments_are_a_tool_error_the_model_can_read(
     assert error_text(result).startswith("Invalid arguments: ")
 
 
+@asynchronous
+@pytest.mark.parametrize(
+    ("name", "arguments"),
+    [
+        ("read_resource", {}),
+        ("read_resource", {"uri": 5}),
+        ("read_resource", {"uri": "test://static-text", "purpose": "x"}),
+        ("list_resources", {"recursive": "deep"}),
+        ("list_resources", {"uriPrefix": "not a uri"}),
+        ("list_resources", {"cursor": "x" * 9000}),
+    ],
+)
+async def test_bad_arguments_of_any_tool_are_a_tool_error(
+    srv: Server, name: str, arguments: dict[str, Any]
+) -> None:
+    assert error_text(await tool(srv, name, arguments)).startswith("Invalid arguments: ")
+
+
 # -- list --------------------------------------------------------------------------------------------
 
 
