@@ -103,6 +103,10 @@ class Settings(BaseSettings):
     # ``shadow`` the fast path, then the SDK's handlers run the same request (their answer is not
     # sent) and every difference is logged and counted (catalog_mcp_fast_path_differences_total).
     mcp_fast_path: Literal["on", "off", "shadow"] = "on"
+    # The catalogue as read-only MCP tools (``search_resources``, ``list_resources``,
+    # ``read_resource``; catalog.mcp.tools) besides the resource methods: ``off`` serves no tools
+    # and advertises no ``tools`` capability.
+    mcp_tools: Literal["on", "off"] = "on"
     # Who may read GET /metrics: the platform admin credential, or anyone who reaches the port.
     metrics_access: Literal["admin", "open"] = "admin"
     # Server log lines: json or text; unset, JSON unless stdout is a terminal.
@@ -138,9 +142,9 @@ class Settings(BaseSettings):
     def _log_format(cls, value: object) -> object:
         return value.strip().lower() or None if isinstance(value, str) else value
 
-    @field_validator("mcp_fast_path", mode="before")
+    @field_validator("mcp_fast_path", "mcp_tools", mode="before")
     @classmethod
-    def _mcp_fast_path(cls, value: object) -> object:
+    def _on_off(cls, value: object) -> object:
         # Set but empty (``CATALOG_MCP_FAST_PATH=``) is the default, as for an unset variable.
         return value.strip().lower() or "on" if isinstance(value, str) else value
 

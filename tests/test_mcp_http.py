@@ -115,7 +115,7 @@ def test_unknown_and_removed_methods_are_404_32601_with_a_body_http_6_http_7_sub
         "resources/unsubscribe",
         "initialize",
         "ping",
-        "tools/list",
+        "prompts/list",  # tools/list is served unless CATALOG_MCP_TOOLS=off (tests/test_mcp_tools.py)
     ):
         response = raw(srv, method, {"uri": "test://static-text"} if "subscribe" in method else None)
         assert response.status_code == 404, method

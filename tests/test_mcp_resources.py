@@ -325,7 +325,9 @@ async def test_discover_advertises_what_is_served_disc_1_res_3(srv: Served) -> N
             and caps.resources.list_changed is True
         )
         assert caps.completions is not None
-        assert caps.tools is None and caps.prompts is None and caps.logging is None
+        # The read-only tools are on by default (tests/test_mcp_tools.py); their list never changes.
+        assert caps.tools is not None and caps.tools.list_changed is False
+        assert caps.prompts is None and caps.logging is None
         assert client.server_info is not None and client.server_info.name == "catalog"
 
 
@@ -339,4 +341,4 @@ async def test_legacy_initialize_echoes_version_and_capabilities_compat_2_compat
             and caps.resources.subscribe is True
             and caps.resources.list_changed is True
         )
-        assert caps.completions is not None and caps.tools is None
+        assert caps.completions is not None and caps.tools is not None
