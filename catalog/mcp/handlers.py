@@ -20,6 +20,7 @@ from catalog.core.catalog import Catalog
 from catalog.core.cursors import InvalidCursor
 from catalog.core.direct.completion import InvalidArgument, UnknownTemplate, complete_argument
 from catalog.core.reading import Content, InvalidReadParams, ReadOutcome, ResourceNotFound
+from catalog.core.replicas import on_replica
 from catalog.core.resources import ListingEntry, ResourceRecord, effective_annotations, entry_values
 from catalog.core.templates import TemplateRecord
 from catalog.mcp import results
@@ -142,8 +143,11 @@ def list_resources(endpoint: CatalogSource):
     async def handler(ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         principal = principal_of(ctx)
         try:
-            records, next_cursor = await reading.resources_page(
-                endpoint.catalog, principal, params.cursor if params else None
+            cursor = params.cursor if params else None
+            records, next_cursor = await on_replica(
+                endpoint.catalog,
+                lambda reader: reading.resources_page(reader, principal, cursor),
+                tenant_id=principal.tenant_id,
             )
         except InvalidCursor:
             raise invalid_cursor() from None
@@ -162,8 +166,11 @@ def list_templates(endpoint: CatalogSource):
     ) -> types.ListResourceTemplatesResult:
         principal = principal_of(ctx)
         try:
-            records, next_cursor = await reading.templates_page(
-                endpoint.catalog, principal, params.cursor if params else None
+            cursor = params.cursor if params else None
+            records, next_cursor = await on_replica(
+                endpoint.catalog,
+                lambda reader: reading.templates_page(reader, principal, cursor),
+                tenant_id=principal.tenant_id,
             )
         except InvalidCursor:
             raise invalid_cursor() from None
@@ -231,7 +238,11 @@ async def read_with_consent(
     ``InvalidReadParams`` pass through (each caller says them its own way); a declined consent is
     ``CONSENT_DECLINED``, a client that cannot be asked the capability error of its era."""
     catalog, principal = endpoint.catalog, principal_of(ctx)
-    outcome = await reading.read_resource(catalog, principal, uri)
+    # On a read replica when one fits; the reads below, with a consent purpose, write its audit
+    # entry and run on the primary.
+    outcome = await on_replica(
+        catalog, lambda reader: reading.read_resource(reader, principal, uri), tenant_id=principal.tenant_id
+    )
     if not outcome.needs_consent:
         return Consented(outcome, consented=False)
     if is_2026(ctx):
@@ -306,14 +317,15 @@ def complete(endpoint: CatalogSource):
                 INVALID_PARAMS, "Only resource template arguments can be completed (no prompts here)"
             )
         context = (params.context.arguments if params.context else None) or {}
+        principal = principal_of(ctx)
+        ref, argument = params.ref, params.argument
         try:
-            result = await complete_argument(
+            result = await on_replica(
                 endpoint.catalog,
-                principal_of(ctx),
-                params.ref.uri,
-                params.argument.name,
-                params.argument.value,
-                context,
+                lambda reader: complete_argument(
+                    reader, principal, ref.uri, argument.name, argument.value, context
+                ),
+                tenant_id=principal.tenant_id,
             )
         except UnknownTemplate:
             raise MCPError(
