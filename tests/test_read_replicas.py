@@ -41,8 +41,9 @@ from catalog.core.tokens import create_token, hash_token
 from catalog.db.engine import create_engine
 from catalog.settings import Settings
 
+from .conftest import free_port
 from .mcp_helpers import envelope, modern_headers
-from .processes import Served, catalog_env, serving, started
+from .processes import Served, catalog_env, run_catalog, serving, started
 from .replication import Replication, replication, wait_until
 
 __all__ = ["replication"]  # the session fixture, used by this module's fixtures
@@ -278,3 +279,72 @@ async def test_a_stopped_replica_costs_no_failed_request(
     finally:
         replication.standby.start()
     wait_until(replication.standby.running, what="the standby restarted")
+
+
+async def test_a_replica_lagging_beyond_the_limit_is_skipped(
+    tokens: dict[str, str], replication: Replication, tmp_path: Path
+) -> None:
+    settings = Settings(database_url=replication.primary.url, home=tmp_path)
+    engine = create_engine(settings.async_database_url(), pool_size=1, max_overflow=0)
+    catalog = Catalog(engine=engine, settings=settings)
+    env = catalog_env(
+        CATALOG_DATABASE_URL=replication.primary.url,
+        CATALOG_READ_DATABASE_URL=replication.standby.url,
+        CATALOG_READ_MAX_LAG_MS="300",
+        CATALOG_HOME=str(tmp_path / "home"),
+        CATALOG_ADMIN_TOKEN=ADMIN_TOKEN,
+        CATALOG_METRICS_ACCESS="open",
+        CATALOG_RATE_LIMIT_PER_MINUTE="0",
+    )
+    try:
+        # Another tenant's change: no stream of tenant "replicas" is told of it, so only the lag
+        # keeps that tenant's reads off the standby.
+        elsewhere = await find_tenant(catalog, "elsewhere") or await create_tenant(catalog, "elsewhere", "E")
+        with serving(env=env) as server:
+            lagging = started(server)
+            await poll(lambda: caught_up(replication), "the standby caught up")
+            async with client(lagging, tokens["reader"]) as mcp:
+
+                async def read_on(target: str) -> bool:
+                    before = metric(lagging, "catalog_read_replica_reads", target=target)
+                    assert text_of(await mcp.read_resource("file:///docs/alpha")) == "alpha"
+                    return metric(lagging, "catalog_read_replica_reads", target=target) > before
+
+                await poll(lambda: read_on("replica"), "a read on the standby")
+                async with replay_paused(replication):
+                    resource = {"uri": "file:///elsewhere", "name": "e", "text": "moved on"}
+                    await upsert_resource(catalog, SYSTEM, elsewhere, ResourceIn.model_validate(resource))
+                    await poll(lambda: read_on("primary"), "a read on the primary while the standby lags")
+                    assert metric(lagging, "catalog_read_replica_skips", reason="lagging") >= 1
+                await poll(lambda: caught_up(replication), "the standby caught up after the pause")
+                await poll(lambda: read_on("replica"), "reads back on the standby")
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (
+            {"CATALOG_READ_DATABASE_URL": "postgresql://replica-a/db, mysql://root@replica-b/db"},
+            "catalog: CATALOG_READ_DATABASE_URL: Value error, must be a postgresql URL",
+        ),
+        (
+            {"CATALOG_READ_DATABASE_URL": "not a url"},
+            "catalog: CATALOG_READ_DATABASE_URL: Value error, not a database URL",
+        ),
+        (
+            {"CATALOG_READ_MAX_LAG_MS": "-1"},
+            "catalog: CATALOG_READ_MAX_LAG_MS: Input should be greater than or equal to 0",
+        ),
+    ],
+)
+def test_a_bad_read_replica_setting_ends_serve_with_one_line_naming_it(
+    overrides: dict[str, str], expected: str, tmp_path: Path
+) -> None:
+    env = catalog_env(**{"CATALOG_HOME": str(tmp_path / "home"), **overrides})
+    result = run_catalog("serve", "--port", str(free_port()), env=env, timeout=60)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(expected), lines[0]
