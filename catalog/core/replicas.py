@@ -35,7 +35,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from catalog.core.catalog import Catalog
-from catalog.core.errors import database_unavailable
+from catalog.core.errors import database_unavailable, pool_exhausted
 from catalog.observability import metrics
 
 logger = logging.getLogger("catalog.replicas")
@@ -222,7 +222,9 @@ class ReadReplicas:
 
     def _lag_ms(self, replayed: int | None) -> float:
         if replayed is None:
-            return float("inf")  # not a standby replaying WAL (or not yet): treat as far behind
+            # Not a standby (pg_last_wal_replay_lsn() is NULL on a primary): its position cannot be
+            # compared, so it counts as far behind.
+            return float("inf")
         for sampled_at, position in self._samples:
             if position > replayed:
                 return (time.monotonic() - sampled_at) * 1000.0
@@ -251,7 +253,8 @@ async def on_replica(
         except Exception as exc:
             if not database_unavailable(exc):
                 raise
-            replica.mark_down(exc)
+            if not pool_exhausted(exc):  # a busy pool is not a replica down: only this read moves
+                replica.mark_down(exc)
         else:
             metrics.READ_REPLICA_READS.labels("replica").inc()
             return result
