@@ -160,6 +160,7 @@ class ReadReplicas:
         for offset in range(count):
             replica = self.replicas[(start + offset) % count]
             if replica.down_until > now:
+                metrics.READ_REPLICA_SKIPS.labels("down").inc()
                 continue
             if self.max_lag_ms and replica.lag_ms > self.max_lag_ms:
                 metrics.READ_REPLICA_SKIPS.labels("lagging").inc()
