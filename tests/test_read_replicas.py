@@ -348,3 +348,28 @@ def test_a_bad_read_replica_setting_ends_serve_with_one_line_naming_it(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(expected), lines[0]
+
+
+async def test_a_list_of_replicas_with_one_never_up_serves_every_read(
+    tokens: dict[str, str], replication: Replication, tmp_path: Path
+) -> None:
+    closed = free_port()  # nothing listens there
+    nowhere = f"postgresql://postgres@127.0.0.1:{closed}/postgres"
+    env = catalog_env(
+        CATALOG_DATABASE_URL=replication.primary.url,
+        CATALOG_READ_DATABASE_URL=f"{nowhere}, {replication.standby.url}",
+        CATALOG_HOME=str(tmp_path / "home"),
+        CATALOG_ADMIN_TOKEN=ADMIN_TOKEN,
+        CATALOG_METRICS_ACCESS="open",
+        CATALOG_RATE_LIMIT_PER_MINUTE="0",
+        CATALOG_LOG_FORMAT="text",
+    )
+    await poll(lambda: caught_up(replication), "the standby caught up")
+    with serving(env=env) as server:
+        listed = started(server)  # a replica down at start-up does not hold serving back
+        async with client(listed, tokens["reader"]) as mcp:
+            for _ in range(4):
+                assert text_of(await mcp.read_resource("file:///docs/beta")) == "beta"
+        assert metric(listed, "catalog_read_replica_reads", target="replica") >= 3
+        assert metric(listed, "catalog_read_replica_skips", reason="down") >= 1
+        assert f"read replica 127.0.0.1:{closed} skipped" in listed.printed()
