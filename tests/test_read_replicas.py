@@ -2,11 +2,13 @@
 
 ``catalog serve`` runs as a process with ``CATALOG_DATABASE_URL`` on the primary and
 ``CATALOG_READ_DATABASE_URL`` on the standby of ``tests/replication.py``; the official SDK client
-talks to it over HTTP. Proved here: the reads reach the standby (its ``pg_stat_activity`` and
-catalog's own metric say so) with the primary's answers; a token revoked on the primary is refused
-at once while the standby's replay is paused; a stream notified of an update reads the new content
-(from the primary, the standby being behind) and reads return to the standby once it has caught
-up; a stopped standby costs no request.
+talks to it over HTTP. Proved here: reads, listings, template listings and completions reach the
+standby (its ``pg_stat_activity`` and catalog's own metric say so) with the primary's answers; a
+token revoked on the primary is refused at once while the standby's replay is paused; a stream
+notified of an update reads the new content (from the primary, the standby being behind) and reads
+return to the standby once it has caught up; a stopped standby, or one of a list never up, costs no
+request; a standby lagging beyond ``CATALOG_READ_MAX_LAG_MS`` is skipped; a bad setting ends
+``serve`` with one line naming it.
 """
 
 from __future__ import annotations
