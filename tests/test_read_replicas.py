@@ -2,9 +2,9 @@
 
 ``catalog serve`` runs as a process with ``CATALOG_DATABASE_URL`` on the primary and
 ``CATALOG_READ_DATABASE_URL`` on the standby of ``tests/replication.py``; the official SDK client
-talks to it over HTTP. Proved here: reads, listings, template listings and completions reach the
-standby (its ``pg_stat_activity`` and catalog's own metric say so) with the primary's answers; a
-token revoked on the primary is refused at once while the standby's replay is paused; a stream
+talks to it over HTTP. Proved here: reads, listings, template listings, completions and the
+read-only tools reach the standby (its ``pg_stat_activity`` and catalog's own metric say so) with
+the primary's answers; a token revoked on the primary is refused at once while the standby's replay is paused; a stream
 notified of an update reads the new content (from the primary, the standby being behind) and reads
 return to the standby once it has caught up; a stopped standby, or one of a list never up, costs no
 request; a standby lagging beyond ``CATALOG_READ_MAX_LAG_MS`` is skipped; a bad setting ends
@@ -184,6 +184,24 @@ async def test_reads_listings_and_completions_run_on_the_replica(
         "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'catalog'",
     )
     assert backends[0]["n"] >= 1  # the read pool's connections are the standby's
+
+
+async def test_the_read_only_tools_run_on_the_replica(
+    served: Served, tokens: dict[str, str], replication: Replication
+) -> None:
+    await poll(lambda: caught_up(replication), "the standby caught up")
+    before = metric(served, "catalog_read_replica_reads", target="replica")
+    async with client(served, tokens["reader"]) as mcp:
+        searched = await mcp.call_tool("search_resources", {"query": "alpha"})
+        assert isinstance(searched.structured_content, dict)
+        assert [e["uri"] for e in searched.structured_content["resources"]] == ["file:///docs/alpha"]
+        listed = await mcp.call_tool("list_resources", {"uriPrefix": "file:///docs/", "recursive": True})
+        assert isinstance(listed.structured_content, dict)
+        assert len(listed.structured_content["resources"]) == 3
+        read = await mcp.call_tool("read_resource", {"uri": "file:///docs/beta"})
+        assert not read.is_error
+    assert metric(served, "catalog_read_replica_reads", target="replica") - before >= 3
+    assert metric(served, "catalog_read_replica_reads", target="primary") == 0
 
 
 async def test_a_revoked_token_is_refused_at_once_while_replay_is_paused(

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from catalog.core import reading
 from catalog.core.cursors import InvalidCursor
 from catalog.core.reading import InvalidReadParams, ResourceNotFound
+from catalog.core.replicas import on_replica
 from catalog.core.resources import ListingFilter, ResourceRecord
 from catalog.core.schemas.base import (
     MAX_SEARCH_LENGTH,
@@ -262,8 +263,13 @@ async def _search(endpoint: CatalogSource, ctx: Ctx, given: dict[str, Any] | Non
     filters = ListingFilter(
         uri_prefix=args.uri_prefix, tag=args.tag, query=args.query, mime_type=args.mime_type
     )
-    records, next_cursor = await reading.filtered_page(
-        endpoint.catalog, principal_of(ctx), filters, args.cursor, listing=reading.SEARCH_LISTING
+    principal = principal_of(ctx)
+    records, next_cursor = await on_replica(
+        endpoint.catalog,
+        lambda reader: reading.filtered_page(
+            reader, principal, filters, args.cursor, listing=reading.SEARCH_LISTING
+        ),
+        tenant_id=principal.tenant_id,
     )
     return _page(records, next_cursor)
 
@@ -272,16 +278,22 @@ async def _list(endpoint: CatalogSource, ctx: Ctx, given: dict[str, Any] | None)
     args: ListArguments = _arguments(ListArguments, given)
     principal = principal_of(ctx)
     if args.recursive:
-        records, next_cursor = await reading.filtered_page(
+        records, next_cursor = await on_replica(
             endpoint.catalog,
-            principal,
-            ListingFilter(uri_prefix=args.uri_prefix),
-            args.cursor,
-            listing=reading.FLAT_LISTING,
+            lambda reader: reading.filtered_page(
+                reader,
+                principal,
+                ListingFilter(uri_prefix=args.uri_prefix),
+                args.cursor,
+                listing=reading.FLAT_LISTING,
+            ),
+            tenant_id=principal.tenant_id,
         )
         return _page(records, next_cursor, folders=[])
-    entries, next_cursor = await reading.folder_page(
-        endpoint.catalog, principal, args.uri_prefix or "", args.cursor
+    entries, next_cursor = await on_replica(
+        endpoint.catalog,
+        lambda reader: reading.folder_page(reader, principal, args.uri_prefix or "", args.cursor),
+        tenant_id=principal.tenant_id,
     )
     folders = [entry.folder for entry in entries if entry.folder is not None]
     records = [entry.record for entry in entries if entry.record is not None]
