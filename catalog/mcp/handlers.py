@@ -7,9 +7,10 @@ codes, the consent flow, cache hints) is decided with ``catalog.mcp.context``.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
@@ -39,6 +40,13 @@ from catalog.mcp.results import cache_hints, completion_fields, content_fields
 class CatalogSource(Protocol):
     @property
     def catalog(self) -> Catalog: ...
+
+
+_Params = TypeVar("_Params")
+_Result = TypeVar("_Result")
+
+# An SDK request handler (``Server(on_...=)``) taking ``_Params`` and answering ``_Result``.
+Handler = Callable[[Ctx, _Params], Awaitable[_Result]]
 
 
 CONSENT_KEY = "consent"
@@ -138,7 +146,9 @@ def to_contents(items: list[Content]) -> list[types.TextResourceContents | types
 # -- handlers -------------------------------------------------------------------------------------
 
 
-def list_resources(endpoint: CatalogSource):
+def list_resources(
+    endpoint: CatalogSource,
+) -> Handler[types.PaginatedRequestParams | None, types.ListResourcesResult]:
     async def handler(ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         principal = principal_of(ctx)
         try:
@@ -156,7 +166,9 @@ def list_resources(endpoint: CatalogSource):
     return handler
 
 
-def list_templates(endpoint: CatalogSource):
+def list_templates(
+    endpoint: CatalogSource,
+) -> Handler[types.PaginatedRequestParams | None, types.ListResourceTemplatesResult]:
     async def handler(
         ctx: Ctx, params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
@@ -270,7 +282,9 @@ async def read_with_consent(
     return Consented(read, consented=True)
 
 
-def read_resource(endpoint: CatalogSource):
+def read_resource(
+    endpoint: CatalogSource,
+) -> Handler[types.ReadResourceRequestParams, types.ReadResourceResult | types.InputRequiredResult]:
     async def handler(
         ctx: Ctx, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult | types.InputRequiredResult:
@@ -299,7 +313,7 @@ def read_resource(endpoint: CatalogSource):
     return handler
 
 
-def complete(endpoint: CatalogSource):
+def complete(endpoint: CatalogSource) -> Handler[types.CompleteRequestParams, types.CompleteResult]:
     async def handler(ctx: Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
         if not isinstance(params.ref, types.ResourceTemplateReference):
             raise MCPError(
