@@ -23,6 +23,9 @@ up; it is closed (``close_reason == "slow_consumer"``) and its iteration ends.
 Not thread-safe: ``publish`` and everything else run on the event loop's thread.
 """
 
+# Subscription and EventHub are one unit: each calls the other's underscored parts.
+# pyright: reportPrivateUsage=false
+
 from __future__ import annotations
 
 import asyncio

@@ -63,7 +63,7 @@ CONSENT_SCHEMA: dict[str, Any] = {
     },
     "required": ["accept", "purpose"],
 }
-CONSENT_CAPABILITIES = {"elicitation": {"form": {}}}
+CONSENT_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}}}
 
 
 # -- converters -----------------------------------------------------------------------------------
