@@ -545,7 +545,9 @@ def _replica_part(replica: dict[str, Any] | None) -> list[str]:
             "",
         ]
         rows = []
-        for shape, data in result["shapes"].items():
+        shapes = result["shapes"]
+        for shape in sorted(shapes, key=lambda name: (name.endswith("writes"), name.startswith("serial"))):
+            data = shapes[shape]
             replica_case, primary_case = data["cases"]["replica"], data["cases"]["primary"]
             rows.append(
                 [
