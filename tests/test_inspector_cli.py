@@ -2,7 +2,8 @@
 :data:`INSPECTOR_VERSION`) against ``catalog serve --workers 2`` as a process, with a scoped bearer
 token passed as a ``--header``: ``tools/list`` shows the three read-only tools, ``tools/call``
 ``read_resource`` returns a resource's text, a URI the token may not see gets the very tool error a
-missing one gets, and ``resources/list`` / ``resources/read`` answer within the token's grants; in
+missing one gets, ``resources/list`` / ``resources/read`` answer within the token's grants (and the
+Inspector follows ``resources/list``'s cursors to the end), an invalid token is refused; in
 both eras the Inspector negotiates (``--protocol-era legacy``: a 2025-11-25 session; ``modern``:
 2026-07-28, stateless). The token's grant is what makes the header visible: an anonymous caller
 would see, and read, the demo tenant's public resources.
@@ -30,7 +31,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from tests.mcp_helpers import Fixture, mcp_settings, module_database, seed
+from tests.mcp_helpers import BULK, HIDDEN, Fixture, mcp_settings, module_database, seed
 from tests.processes import Served, serving, started
 from tests.test_mcp_tools import serve_env
 
@@ -242,6 +243,16 @@ def test_resources_list_shows_only_the_tokens_grant(inspect: Any, era: str) -> N
     result = inspect(era, "--method", "resources/list").result
     assert [r["uri"] for r in result["resources"]] == GRANTED
     assert "nextCursor" not in result
+
+
+@pytest.mark.parametrize("era", ERAS)
+def test_resources_list_follows_every_cursor(inspect: Any, srv: Server, era: str) -> None:
+    """The Inspector's ``resources/list`` walks all pages (it prints only ``resources``): the
+    ``staff`` token's 250 bulk resources are three pages of 100, each cursor handed back."""
+    listed = inspect(era, "--method", "resources/list", token=srv.fixture.tokens["staff"]).result
+    uris = [r["uri"] for r in listed["resources"]]
+    assert len(uris) == len(set(uris)) and HIDDEN in uris
+    assert [u for u in uris if u.startswith("test://bulk/")] == [f"test://bulk/{i:04d}" for i in range(BULK)]
 
 
 @pytest.mark.parametrize("era", ERAS)
