@@ -1095,13 +1095,20 @@ async def check_world(live: Live, world: World) -> None:
         await teardown(live, built)
 
 
+# The examples are run as SHARDS tests of EXAMPLES / SHARDS each (the longest test of the suite):
+# under pytest-xdist they run on different workers at once, each with a live server of its own.
+SHARDS = 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shard", range(SHARDS))
 @settings(
-    max_examples=EXAMPLES,
+    max_examples=-(-EXAMPLES // SHARDS),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(world=worlds())
-def test_every_surface_shows_exactly_what_the_grants_allow(live: Live, world: World) -> None:
+def test_every_surface_shows_exactly_what_the_grants_allow(live: Live, shard: int, world: World) -> None:
     live.loop.run_until_complete(check_world(live, world))
 
 
