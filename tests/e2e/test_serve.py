@@ -30,7 +30,7 @@ def test_serve_on_an_external_database_answers_readyz(database_url: str, tmp_pat
         checks = {"database": "ok", "schema": "ok", "events": "ok"}
         assert ready.json() == {"status": "ready", "checks": checks}
         assert health.json() == {"status": "ok"}
-        assert stop(served) == 0
+        assert stop(served) == 0, "".join(served.output)
     printed = "".join(served.output)
     assert f"http://127.0.0.1:{served.port}/mcp" in printed
     assert "platform admin token" in printed
@@ -76,7 +76,7 @@ def test_serve_demo_on_embedded_postgres_and_sigterm_stops_it(tmp_path: Path) ->
         assert current.stdout.strip().endswith("(head)")
         assert postmaster_pid(home) == pid and psutil.pid_exists(pid)
         assert httpx.get(f"{served.base_url}/readyz", timeout=10).status_code == 200
-        assert stop(served) == 0
+        assert stop(served) == 0, "".join(served.output)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert not (home / "pgdata" / "postmaster.pid").exists()
     printed = "".join(served.output)
@@ -91,7 +91,7 @@ def test_ctrl_c_stops_serve_and_its_embedded_postgres(tmp_path: Path) -> None:
     with serving(env=catalog_env(CATALOG_HOME=str(home))) as served:
         served.wait_for("Application startup complete")
         pid = postmaster_pid(home)
-        assert stop(served, signal.SIGINT) == 0
+        assert stop(served, signal.SIGINT) == 0, "".join(served.output)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
@@ -254,4 +254,4 @@ def test_serve_on_every_address_prints_urls_that_answer(database_url: str, tmp_p
         assert httpx.get(first.replace("/mcp", "/healthz"), timeout=10).status_code == 200
         assert f"http://{sockets.gethostname()}:{served.port}/mcp" in urls
         assert "CATALOG_ALLOWED_HOSTS" in printed
-        assert stop(served) == 0
+        assert stop(served) == 0, "".join(served.output)
