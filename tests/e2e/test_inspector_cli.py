@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from tests.e2e.mcp.test_mcp_tools import serve_env
 from tests.mcp_helpers import BULK, HIDDEN, Fixture, mcp_settings, module_database, seed
 from tests.processes import Served, serving, started
-from tests.e2e.mcp.test_mcp_tools import serve_env
 
 INSPECTOR_VERSION = "2.12.0"
 NODE_MAJOR = 22

@@ -31,6 +31,7 @@ from starlette.datastructures import Headers
 from catalog.demo import _png_1x1
 from catalog.events.listener import listener_dsn
 from catalog.mcp.fast import names_fast_method
+from tests.e2e.test_sessions_anywhere import node_clients  # noqa: F401  (a fixture: the TS SDK installed)
 from tests.mcp_helpers import (
     BULK,
     ERAS,
@@ -46,7 +47,6 @@ from tests.mcp_helpers import (
     seed,
 )
 from tests.processes import Served, catalog_env, serving, started
-from tests.e2e.test_sessions_anywhere import node_clients  # noqa: F401  (a fixture: the TS SDK installed)
 
 asynchronous = pytest.mark.asyncio(loop_scope="session")
 
