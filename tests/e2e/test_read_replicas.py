@@ -42,11 +42,10 @@ from catalog.core.tenants import create_tenant, find_tenant
 from catalog.core.tokens import create_token, hash_token
 from catalog.db.engine import create_engine
 from catalog.settings import Settings
-
-from .conftest import free_port
-from .mcp_helpers import envelope, modern_headers
-from .processes import Served, catalog_env, run_catalog, serving, started
-from .replication import Replication, replication, wait_until
+from tests.conftest import free_port
+from tests.mcp_helpers import envelope, modern_headers
+from tests.processes import Served, catalog_env, run_catalog, serving, started
+from tests.replication import Replication, replication, wait_until
 
 __all__ = ["replication"]  # the session fixture, used by this module's fixtures
 
