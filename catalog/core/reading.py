@@ -66,8 +66,12 @@ from catalog.core.visibility import Visibility, load_visibility
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import resources, templates
 
-PAGE_SIZE = 100
-"""Items per page of ``resources/list`` and ``resources/templates/list`` (the server's choice)."""
+
+def page_size(catalog: Catalog) -> int:
+    """Items per page of ``resources/list`` and ``resources/templates/list``: the operator's
+    ``CATALOG_PAGE_SIZE``, the one value both executors page by."""
+    return catalog.settings.page_size
+
 
 DIRECTORY_MAX_ITEMS = 100
 """Most content items one read of an ``inode/directory`` returns."""
@@ -168,12 +172,12 @@ def canonical_uri(uri: str) -> str:
 async def resources_page(
     catalog: Catalog, principal: Principal, cursor: str | None
 ) -> tuple[list[ResourceRecord], str | None]:
-    """One page (``PAGE_SIZE``) of visible resources in URI byte order; ``InvalidCursor`` on a bad cursor."""
+    """One page (:func:`page_size`) of visible resources in URI byte order; ``InvalidCursor`` on a bad cursor."""
     tenant_id = tenant_of(principal)
     async with transaction(catalog.engine, TenantScope.tenant(tenant_id)) as conn:
         visibility = await load_visibility(conn, principal, tenant_id)
         return await list_page(
-            catalog, conn, visibility, listing=RESOURCE_LISTING, cursor=cursor, limit=PAGE_SIZE
+            catalog, conn, visibility, listing=RESOURCE_LISTING, cursor=cursor, limit=page_size(catalog)
         )
 
 
@@ -184,7 +188,7 @@ async def templates_page(
     async with transaction(catalog.engine, TenantScope.tenant(tenant_id)) as conn:
         visibility = await load_visibility(conn, principal, tenant_id)
         return await template_page(
-            catalog, conn, visibility, listing=TEMPLATE_LISTING, cursor=cursor, limit=PAGE_SIZE
+            catalog, conn, visibility, listing=TEMPLATE_LISTING, cursor=cursor, limit=page_size(catalog)
         )
 
 

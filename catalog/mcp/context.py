@@ -18,9 +18,6 @@ SERVER_NAME = "catalog"
 SERVER_VERSION = "0.1.0"
 MCP_PATH = "/mcp"
 
-READ_TTL_MS = 10_000
-LIST_TTL_MS = 10_000
-TEMPLATES_TTL_MS = 60_000
 DISCOVER_TTL_MS = 300_000
 
 RESOURCE_NOT_FOUND_2025 = -32002  # 2025-11-25's recommendation; the SDK has no constant for it

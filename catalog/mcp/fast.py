@@ -58,6 +58,7 @@ from catalog.mcp.handlers import listing_fields
 from catalog.mcp.results import cache_hints, completion_fields, content_fields, stamped
 from catalog.observability import metrics, tracing
 from catalog.observability.context import note_mcp, note_principal
+from catalog.settings import Settings
 
 READ = "resources/read"
 LIST = "resources/list"
@@ -229,11 +230,15 @@ def _listen_request(request_id: str | int, params: dict[str, Any]) -> FastReques
 
 
 def response_body(
-    request: FastRequest, result: dict[str, Any], principal: Principal, server_info: dict[str, Any]
+    request: FastRequest,
+    result: dict[str, Any],
+    principal: Principal,
+    server_info: dict[str, Any],
+    settings: Settings,
 ) -> bytes:
     """The JSON-RPC response the SDK sends for ``result`` after its serialisation (the handlers'
     cache hints, ``resultType``, the ``serverInfo`` stamp: ``catalog.mcp.results``)."""
-    result.update(cache_hints(request.method, principal))
+    result.update(cache_hints(request.method, principal, settings))
     response = {"jsonrpc": "2.0", "id": request.request_id, "result": stamped(result, server_info)}
     try:
         return orjson.dumps(response)  # a page of a hundred resources: several times json's speed
@@ -304,7 +309,7 @@ async def answer_fast(
     if answered is None:
         return None
     principal, result = answered
-    body = response_body(request, result, principal, server_info)
+    body = response_body(request, result, principal, server_info, catalog.settings)
     note_principal(scope, principal)
     note_mcp(scope, request.method, "2026", None)
     requests, duration, plain = _method_metrics(request.method)

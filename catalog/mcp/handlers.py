@@ -149,7 +149,7 @@ def list_resources(endpoint: CatalogSource):
         return types.ListResourcesResult(
             resources=[to_resource(r) for r in records],
             next_cursor=next_cursor,
-            **cache_hints(results.LIST, principal),
+            **cache_hints(results.LIST, principal, endpoint.catalog.settings),
         )
 
     return handler
@@ -169,7 +169,7 @@ def list_templates(endpoint: CatalogSource):
         return types.ListResourceTemplatesResult(
             resource_templates=[to_template(t) for t in records],
             next_cursor=next_cursor,
-            **cache_hints(results.TEMPLATES, principal),
+            **cache_hints(results.TEMPLATES, principal, endpoint.catalog.settings),
         )
 
     return handler
@@ -268,7 +268,7 @@ def read_resource(endpoint: CatalogSource):
     ) -> types.ReadResourceResult | types.InputRequiredResult:
         outcome = await read(ctx, params.uri)
         if not outcome.needs_consent:
-            return finished(ctx, outcome, ttl_ms=results.CACHE_TTL_MS[results.READ])
+            return finished(ctx, outcome, ttl_ms=endpoint.catalog.settings.read_ttl_ms)
         if is_2026(ctx):
             return await consent_2026(ctx, params, outcome)
         return await consent_2025(ctx, params, outcome)
