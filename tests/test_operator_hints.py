@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 import pytest_asyncio
 
 from catalog.core.resources import upsert_many
 from catalog.core.schemas.resources import ResourceIn
+from tests.admin_support import ADMIN, API, assert_problem
 from tests.conftest import free_port
 from tests.mcp_helpers import (
     SYSTEM,
@@ -146,3 +148,48 @@ async def test_a_bad_value_ends_serve_with_one_line_naming_it(tmp_path: Path, na
     assert done.returncode == 1 and done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1
     assert done.stderr.startswith(f"catalog: {name}: ")
+
+
+# -- a curator's own ttlMs on a resource (migration 0014) --------------------------------------------
+
+OWN = "test://own-ttl"
+
+
+def admin(srv: Served) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=srv.base_url, headers=ADMIN, timeout=30)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_resources_own_ttl_is_what_its_reads_carry_cache_1(
+    srv: Served, setting: Any, mode: str
+) -> None:
+    setting(mcp_fast_path=mode, read_ttl_ms=10_000)
+    async with admin(srv) as http:
+        put = await http.put(
+            f"{API}/tenants/demo/resources",
+            params={"uri": OWN},
+            json={"name": "own", "mimeType": "text/plain", "text": "kept briefly", "ttlMs": 2500},
+        )
+        assert put.status_code in (200, 201), put.text
+        assert put.json()["ttlMs"] == 2500
+        async with srv.client(token="staff") as client:
+            own = await client.read_resource(OWN)
+            other = await client.read_resource("test://static-text")
+            patched = await http.patch(f"{API}/tenants/demo/resources/{put.json()['id']}", json={"ttlMs": 0})
+            assert patched.status_code == 200 and patched.json()["ttlMs"] == 0
+            never = await client.read_resource(OWN)
+            cleared = await http.patch(
+                f"{API}/tenants/demo/resources/{put.json()['id']}", json={"ttlMs": None}
+            )
+            assert cleared.status_code == 200 and "ttlMs" not in cleared.json()
+            default = await client.read_resource(OWN)
+    assert (own.ttl_ms, other.ttl_ms, never.ttl_ms, default.ttl_ms) == (2500, 10_000, 0, 10_000)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "10", True, 2**31])
+async def test_a_bad_ttl_is_a_problem_naming_the_field(srv: Served, bad: Any) -> None:
+    async with admin(srv) as http:
+        response = await http.post(
+            f"{API}/tenants/demo/resources", json={"uri": "test://bad-ttl", "name": "bad", "ttlMs": bad}
+        )
+    assert_problem(response, 422, "/ttlMs")

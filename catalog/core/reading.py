@@ -146,6 +146,8 @@ class ReadOutcome:
     consent_message: str | None = None
     # A directory read stopped at DIRECTORY_MAX_ITEMS / DIRECTORY_MAX_BYTES.
     truncated: bool = False
+    # The stored resource's own cache hint (``resources.ttl_ms``); None: the server's.
+    ttl_ms: int | None = None
 
     @property
     def needs_consent(self) -> bool:
@@ -237,8 +239,8 @@ async def read_resource(
                 )
             if record.is_directory:
                 contents, truncated = await _directory_contents(conn, visibility, record)
-                return ReadOutcome(uri, contents, truncated=truncated)
-            return ReadOutcome(uri, await _contents_of(conn, record, uri))
+                return ReadOutcome(uri, contents, truncated=truncated, ttl_ms=record.ttl_ms)
+            return ReadOutcome(uri, await _contents_of(conn, record, uri), ttl_ms=record.ttl_ms)
         rendered = await _rendered_template(conn, visibility, key, uri)
         if rendered is not None:
             return ReadOutcome(uri, [rendered])

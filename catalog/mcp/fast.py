@@ -238,7 +238,10 @@ def response_body(
 ) -> bytes:
     """The JSON-RPC response the SDK sends for ``result`` after its serialisation (the handlers'
     cache hints, ``resultType``, the ``serverInfo`` stamp: ``catalog.mcp.results``)."""
+    own = result.pop("ttlMs", None)  # a read's resource may set its own
     result.update(cache_hints(request.method, principal, settings))
+    if own is not None:
+        result["ttlMs"] = own
     response = {"jsonrpc": "2.0", "id": request.request_id, "result": stamped(result, server_info)}
     try:
         return orjson.dumps(response)  # a page of a hundred resources: several times json's speed
@@ -255,7 +258,10 @@ async def fast_answer(
         read = await fast_read(catalog, request.uri, token=token, principal=principal)
         if read is None:
             return None
-        return read.principal, {"contents": [content_fields(read.content)]}
+        result = {"contents": [content_fields(read.content)]}
+        if read.ttl_ms is not None:  # the resource's own, over the operator's (response_body)
+            result["ttlMs"] = read.ttl_ms
+        return read.principal, result
     if request.method == LIST:
         page = await fast_resources_page(catalog, request.cursor, token=token, principal=principal)
         if page is None:

@@ -268,7 +268,9 @@ def read_resource(endpoint: CatalogSource):
     ) -> types.ReadResourceResult | types.InputRequiredResult:
         outcome = await read(ctx, params.uri)
         if not outcome.needs_consent:
-            return finished(ctx, outcome, ttl_ms=endpoint.catalog.settings.read_ttl_ms)
+            return finished(
+                ctx, outcome, ttl_ms=results.read_ttl_ms(outcome.ttl_ms, endpoint.catalog.settings)
+            )
         if is_2026(ctx):
             return await consent_2026(ctx, params, outcome)
         return await consent_2025(ctx, params, outcome)

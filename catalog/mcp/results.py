@@ -36,6 +36,11 @@ def ttl_ms(method: str, settings: Settings) -> int | None:
     return None
 
 
+def read_ttl_ms(own: int | None, settings: Settings) -> int:
+    """A read's ``ttlMs``: the resource's own (a curator's ``ttlMs``), else the operator's."""
+    return settings.read_ttl_ms if own is None else own
+
+
 def cache_hints(method: str, principal: Principal, settings: Settings) -> dict[str, Any]:
     """``ttlMs`` and ``cacheScope`` of ``method``'s result for ``principal`` (none for completion)."""
     ttl = ttl_ms(method, settings)
