@@ -52,6 +52,7 @@ class SessionFeed:
         self._watch: Watch | None = None
         self._stale = True
         self.initialized = anyio.Event()  # the client sent notifications/initialized
+        self.stateless = False  # the client's first request was not initialize: 2026-07-28
 
     async def subscribe(self, ctx: Ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
         canonical = honoured_uris([params.uri]).get(params.uri)
@@ -72,6 +73,8 @@ class SessionFeed:
         subscription is opened first, so nothing after the handshake is lost."""
         async with hub.subscribe(self._principal.tenant_id) as events:
             await self.initialized.wait()
+            if self.stateless:
+                return  # 2026-07-28: only listens are told of changes
             async for batch in events:
                 if self._stale or self._watch is None:
                     self._stale = False
@@ -152,14 +155,21 @@ class StdioHost:
             tasks.cancel_scope.cancel()
 
     async def _observe(self, source: Any, sink: MemoryObjectSendStream[Item]) -> None:
-        """Relay the client's messages to the SDK's loop, noting the 2025 handshake's end (from
-        then on the session's notifications may be sent)."""
+        """Relay the client's messages to the SDK's loop, noting which era the connection is (its
+        first request, as the SDK decides) and the 2025 handshake's end (from then on the session's
+        notifications may be sent)."""
+        first = True
         async with sink:
             async for item in source:
-                if (
-                    isinstance(item, SessionMessage)
-                    and isinstance(item.message, types.JSONRPCNotification)
-                    and item.message.method == "notifications/initialized"
+                message = item.message if isinstance(item, SessionMessage) else None
+                if first and isinstance(message, types.JSONRPCRequest):
+                    first = False
+                    if message.method != "initialize":
+                        self.feed.stateless = True
+                        self.feed.initialized.set()  # nothing to wait for: the feed ends
+                elif (
+                    isinstance(message, types.JSONRPCNotification)
+                    and message.method == "notifications/initialized"
                 ):
                     self.feed.initialized.set()
                 await sink.send(item)
