@@ -71,6 +71,8 @@ def stdio_command(args: argparse.Namespace) -> int:
     with database(settings) as url:
         if settings.database_url is not None:
             require_head(url)
+        # The embedded server's URL is known only now; the LISTEN connection needs it too.
+        settings = settings.model_copy(update={"database_url": url})
         return asyncio.run(_serve(settings, url, args.tenant, token, wire))
 
 
