@@ -270,6 +270,13 @@ async def test_another_tenants_token_is_refused(stdio: Stdio) -> None:
     assert err.strip() == "catalog: CATALOG_TOKEN: the token is not one of tenant 'demo'"
 
 
+async def test_the_platform_admin_token_is_refused_naming_what_to_use(stdio: Stdio) -> None:
+    code, out, err = refused(stdio, ADMIN_TOKEN)
+    assert (code, out) == (1, "")
+    assert err.startswith("catalog: CATALOG_TOKEN: the platform admin token is no tenant's")
+    assert len(err.strip().splitlines()) == 1
+
+
 async def test_an_unknown_tenant_is_refused(stdio: Stdio) -> None:
     code, out, err = refused(stdio, stdio.fixture.tokens["staff"], tenant="nosuch")
     assert (code, out) == (1, "")

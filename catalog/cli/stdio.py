@@ -155,12 +155,19 @@ async def _serve(settings: Settings, url: str, slug: str, token: str, wire: Wire
 
 
 async def _principal(catalog: Catalog, slug: str, token: str) -> Principal:
+    import hmac
+
     from catalog.core.direct.tokens import token_principal
     from catalog.core.tenants import find_tenant
 
     tenant = await find_tenant(catalog, slug)
     if tenant is None:
         raise ConfigError(f"--tenant {slug}: no such tenant")
+    if hmac.compare_digest(token.encode(), catalog.platform_admin_token.encode()):
+        raise ConfigError(
+            f"{TOKEN_VARIABLE}: the platform admin token is no tenant's; give a token of tenant {slug!r}"
+            f" (`catalog token create --tenant {slug} --admin` sees all of it)"
+        )
     principal = await token_principal(catalog, token)
     if principal is None:
         raise ConfigError(f"{TOKEN_VARIABLE}: the token is invalid, expired or revoked")
