@@ -352,6 +352,7 @@ RICH = [
         },
         "tags": ["zeta", "alpha"],
         "consentMessage": "Say why",
+        "ttlMs": 2500,
         "_meta": {"vendor/key": {"nested": [1, "two", None, True]}},
         "text": "# Rich 🌍\nline two\u2028\n",
     },
@@ -374,6 +375,7 @@ COMPARED = [
     "meta",
     "tags",
     "consent_message",
+    "ttl_ms",
     "text",
     "blob_sha256",
 ]
