@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import report
+from bench import provenance, report
 from bench.harness import write_result
 
 HERE = Path(__file__).parent
@@ -53,6 +54,8 @@ def main() -> int:
     parser.add_argument("--only", help=f"comma-separated subset of {','.join(ORDER)}")
     args = parser.parse_args()
     mode = "quick" if args.quick else "full"
+    # Every result written from here on (the benchmarks' processes inherit it) records the mode.
+    os.environ[provenance.MODE_VARIABLE] = mode
     plan = PLANS[mode]
     chosen = args.only.split(",") if args.only else ORDER
     began = time.perf_counter()

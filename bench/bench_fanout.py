@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import platform
 import time
 import tracemalloc
@@ -30,7 +29,7 @@ from typing import Any
 
 import asyncpg
 
-from bench.harness import RESULTS, Database, bench_database, summary
+from bench.harness import Database, bench_database, summary, write_result
 from catalog.events import ChangeEvent, ChangeListener, EventHub, Subscription
 
 URI = "test://bench/watched"
@@ -168,21 +167,20 @@ async def main() -> None:
         gc.unfreeze()
     memory = await measure_memory(10_000)
 
-    path = RESULTS / "fanout.json"
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    results = json.loads(path.read_text()) if path.exists() else {}
-    results["hub"] = {
-        "latency": latency,
-        "latency_after_gc_freeze": frozen,
-        "memory": memory,
-        "updates_per_size": args.updates,
-        "python": platform.python_version(),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "note": "one process, one event loop (writer, listener, consumers); one hub holding every "
-        "size's subscriptions (a tenant per size), updates interleaved across sizes; milliseconds "
-        "from sending the UPDATE (autocommit)",
-    }
-    path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    path = write_result(
+        "fanout",
+        {
+            "latency": latency,
+            "latency_after_gc_freeze": frozen,
+            "memory": memory,
+            "updates_per_size": args.updates,
+            "python": platform.python_version(),
+            "note": "one process, one event loop (writer, listener, consumers); one hub holding every "
+            "size's subscriptions (a tenant per size), updates interleaved across sizes; milliseconds "
+            "from sending the UPDATE (autocommit)",
+        },
+        section="hub",
+    )
 
     print(f"{'':>10} {'subs':>5} {'all med':>8} {'all p99':>8} {'first med':>9} {'commit med':>10}")
     table("default", latency)

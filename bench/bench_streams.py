@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import platform
 import resource
 import statistics
@@ -40,7 +39,15 @@ import asyncpg
 import psutil
 import uvloop
 
-from bench.harness import RESULTS, Database, ServerProcess, bench_database, catalog_serve, server_env, summary
+from bench.harness import (
+    Database,
+    ServerProcess,
+    bench_database,
+    catalog_serve,
+    server_env,
+    summary,
+    write_result,
+)
 
 URI = "test://watched-resource"  # a demo resource, visible to anonymous callers
 UPDATED = b'"notifications/resources/updated"'
@@ -346,9 +353,7 @@ async def main() -> None:
         "updates_per_size": args.updates,
         "workers_baseline_rss_bytes": baseline["rss"],
         "label": args.label,
-        "cpus": os.cpu_count(),
         "python": platform.python_version(),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "note": "catalog serve --workers N --demo as a subprocess; raw HTTP/1.1 listen streams over "
         "loopback from one client process (anonymous, all watching one URI); one SQL UPDATE "
         "(autocommit) at a time; milliseconds from sending the UPDATE until the last / first / "
@@ -358,11 +363,7 @@ async def main() -> None:
     }
     if args.no_write:
         return
-    path = RESULTS / "fanout.json"
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    results = json.loads(path.read_text()) if path.exists() else {}
-    results["streams"] = section
-    path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    path = write_result("fanout", section, section="streams")
     print("(milliseconds from sending the UPDATE; memory per idle stream from the workers' RSS/USS)")
     print(f"written to {path} ('streams')")
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -30,6 +29,7 @@ import httpx
 import psutil
 from sqlalchemy.engine import make_url
 
+from bench import provenance
 from catalog.db import migrate
 from catalog.db.embedded import EmbeddedPostgres
 
@@ -194,11 +194,10 @@ def paired_ratio(a: list[float], b: list[float]) -> float:
     return statistics.median(x / y for x, y in zip(a, b, strict=True))
 
 
-def write_result(name: str, payload: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
-    return path
+def write_result(name: str, payload: dict[str, Any], *, section: str | None = None) -> Path:
+    """``bench/results/NAME.json`` (or its ``section``), stamped with where it came from
+    (:mod:`bench.provenance`): the one way a benchmark writes its result."""
+    return provenance.write(RESULTS, name, payload, section=section)
 
 
 def free_port() -> int:
@@ -208,8 +207,13 @@ def free_port() -> int:
 
 
 def catalog_env(**overrides: str) -> dict[str, str]:
-    """The environment of a server process: this one's, less any CATALOG_* setting, plus ``overrides``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
+    """The environment of a server process: this one's, less any CATALOG_* setting but the MCP
+    executor (``CATALOG_MCP_FAST_PATH``, which each result's provenance records), plus ``overrides``."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("CATALOG_") or k == provenance.FAST_PATH_VARIABLE
+    }
     env.update(overrides)
     return env
 

@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from catalog.core.catalog import Catalog
 from catalog.core.errors import database_unavailable
+from catalog.core.replicas import ReadReplicas, Replica
 from catalog.db import migrate as migrations  # also what `catalog migrate` drives
 from catalog.db.embedded import EmbeddedPostgres
 from catalog.db.engine import create_engine, probe_app_role
@@ -44,15 +45,21 @@ async def open_engine(
     """An engine on ``url`` (default: the configured database) that runs as the app role if needed;
     ``pool_size`` defaults to ``CATALOG_POOL_SIZE`` (an app process's)."""
     target = url if url is not None else settings.async_database_url()
-    pooler = settings.behind_pooler
+    role = await probe_app_role(target, transaction_pooler=settings.behind_pooler)
+    return _engine(settings, target, pool_size=pool_size, app_role=role)
+
+
+def _engine(
+    settings: Settings, target: str | URL, *, pool_size: int | None, app_role: str | None
+) -> AsyncEngine:
     return create_engine(
         target,
         statement_timeout_ms=settings.statement_timeout_ms,
         pool_size=settings.pool_size if pool_size is None else pool_size,
         max_overflow=0,
         pool_timeout=settings.pool_wait_seconds,
-        app_role=await probe_app_role(target, transaction_pooler=pooler),
-        transaction_pooler=pooler,
+        app_role=app_role,
+        transaction_pooler=settings.behind_pooler,
     )
 
 
@@ -60,13 +67,37 @@ async def open_engine(
 async def open_catalog(
     settings: Settings, *, url: str | URL | None = None, pool_size: int | None = None
 ) -> AsyncIterator[Catalog]:
-    """The catalogue on ``url`` (default: ``settings``' database) for the duration; the engine's
-    connections are closed on exit."""
-    engine = await open_engine(settings, url=url, pool_size=pool_size)
+    """The catalogue on ``url`` (default: ``settings``' database, and its read replicas) for the
+    duration; the engines' connections are closed on exit."""
+    target = url if url is not None else settings.async_database_url()
+    role = await probe_app_role(target, transaction_pooler=settings.behind_pooler)
+    engine = _engine(settings, target, pool_size=pool_size, app_role=role)
+    catalog = Catalog(engine=engine, settings=settings)
     try:
-        yield Catalog(engine=engine, settings=settings)
+        if url is None and pool_size is None and settings.read_database_url:  # the app, not a command
+            catalog.read_replicas = read_replicas(catalog, role)
+        yield catalog
     finally:
+        if catalog.read_replicas is not None:
+            await catalog.read_replicas.dispose()
         await engine.dispose()
+
+
+def read_replicas(catalog: Catalog, app_role: str | None) -> ReadReplicas:
+    """Engines on the configured read replicas (``CATALOG_READ_DATABASE_URL``), each wrapped in a
+    catalogue view for the reads run there.
+
+    No connection is opened here: a replica down at start-up is skipped at its first read like one
+    that went down later, and serving begins. The role is the primary's (a physical standby has
+    the primary's roles; probing would connect).
+    """
+    settings = catalog.settings
+    replicas = []
+    for url in settings.read_database_urls():
+        engine = _engine(settings, url, pool_size=None, app_role=app_role)
+        reader = Catalog(engine=engine, settings=settings, page_visibilities=catalog.page_visibilities)
+        replicas.append(Replica(f"{url.host or 'localhost'}:{url.port or 5432}", reader))
+    return ReadReplicas(catalog.engine, replicas, float(settings.read_max_lag_ms))
 
 
 @functools.cache

@@ -49,6 +49,12 @@ class Settings(BaseSettings):
     database_pooler: Literal["none", "pgbouncer"] = "none"
     # The LISTEN connection needs a session of its own: straight to PostgreSQL, never a pooler.
     listen_database_url: str | None = Field(default=None, description="direct PostgreSQL URL for LISTEN")
+    # Read replicas (PostgreSQL streaming standbys, or a pooler in front of them; comma-separated)
+    # for MCP reads, listings and completions (catalog.core.replicas); they share
+    # CATALOG_DATABASE_POOLER's mode and CATALOG_POOL_SIZE (per replica). Everything else stays on
+    # CATALOG_DATABASE_URL. A replica more than CATALOG_READ_MAX_LAG_MS behind is skipped (0: never).
+    read_database_url: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    read_max_lag_ms: int = Field(default=5000, ge=0, le=3_600_000)
     # Database connections per app process, and how long a request waits for one before it is
     # answered 503 with Retry-After (the pool exhausted), instead of queueing until it times out.
     pool_size: int = Field(default=30, ge=1, le=1000)
@@ -117,6 +123,10 @@ class Settings(BaseSettings):
     templates_ttl_ms: int = Field(default=DEFAULT_TEMPLATES_TTL_MS, ge=0, le=MAX_TTL_MS)
     # Entries per ``resources/list`` and ``resources/templates/list`` page (both executors).
     page_size: int = Field(default=DEFAULT_PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE)
+    # The catalogue as read-only MCP tools (``search_resources``, ``list_resources``,
+    # ``read_resource``; catalog.mcp.tools) besides the resource methods: ``off`` serves no tools
+    # and advertises no ``tools`` capability.
+    mcp_tools: Literal["on", "off"] = "on"
     # Who may read GET /metrics: the platform admin credential, or anyone who reaches the port.
     metrics_access: Literal["admin", "open"] = "admin"
     # Server log lines: json or text; unset, JSON unless stdout is a terminal.
@@ -131,30 +141,30 @@ class Settings(BaseSettings):
     def _lists(cls, value: object) -> object:
         return _split_list(value)
 
+    @field_validator("read_database_url", mode="before")
+    @classmethod
+    def _read_database_urls(cls, value: object) -> object:
+        urls = _split_list(value)
+        if isinstance(urls, list):
+            for url in urls:
+                _checked_database_url(url)
+        return urls
+
     @field_validator("database_url", "listen_database_url")
     @classmethod
     def _database_url(cls, value: str | None) -> str | None:
         if value is None or value == "":
             return None
-        from sqlalchemy.engine import make_url
-        from sqlalchemy.exc import ArgumentError
-
-        try:
-            url = make_url(value)
-        except ArgumentError as exc:
-            raise ValueError(f"not a database URL ({exc})") from None
-        if url.get_backend_name() != "postgresql":
-            raise ValueError("must be a postgresql URL, e.g. postgresql+asyncpg://user@host/db")
-        return value
+        return _checked_database_url(value)
 
     @field_validator("log_format", mode="before")
     @classmethod
     def _log_format(cls, value: object) -> object:
         return value.strip().lower() or None if isinstance(value, str) else value
 
-    @field_validator("mcp_fast_path", mode="before")
+    @field_validator("mcp_fast_path", "mcp_tools", mode="before")
     @classmethod
-    def _mcp_fast_path(cls, value: object) -> object:
+    def _on_off(cls, value: object) -> object:
         # Set but empty (``CATALOG_MCP_FAST_PATH=``) is the default, as for an unset variable.
         return value.strip().lower() or "on" if isinstance(value, str) else value
 
@@ -177,6 +187,12 @@ class Settings(BaseSettings):
     @property
     def behind_pooler(self) -> bool:
         return self.database_pooler != "none"
+
+    def read_database_urls(self) -> list[URL]:
+        """The read replicas' URLs with the asyncpg driver (empty: every read on the primary)."""
+        from sqlalchemy.engine import make_url
+
+        return [make_url(url).set(drivername="postgresql+asyncpg") for url in self.read_database_url]
 
     def listen_url(self) -> URL:
         """Where the LISTEN connection goes: ``CATALOG_LISTEN_DATABASE_URL``, else the database URL.
@@ -224,6 +240,19 @@ class Settings(BaseSettings):
         existed = path.exists()
         token = _kept_secret(path, lambda: "cat_" + secrets.token_urlsafe(32))
         return token, not existed
+
+
+def _checked_database_url(value: str) -> str:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(value)
+    except ArgumentError as exc:
+        raise ValueError(f"not a database URL ({exc})") from None
+    if url.get_backend_name() != "postgresql":
+        raise ValueError("must be a postgresql URL, e.g. postgresql+asyncpg://user@host/db")
+    return value
 
 
 def _kept_secret(path: Path, generate: object) -> str:

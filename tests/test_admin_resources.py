@@ -21,6 +21,7 @@ def path(slug: str, suffix: str = "") -> str:
 async def test_create_with_text_computes_size_and_answers_etag(
     client: httpx.AsyncClient, tenant: str
 ) -> None:
+    """RES-9 (docs/requirements.toml)."""
     response = await client.post(
         path(tenant),
         json={
@@ -74,6 +75,7 @@ async def test_unknown_blob_sha256_is_422(client: httpx.AsyncClient, tenant: str
 
 
 async def test_text_and_blob_never_both(client: httpx.AsyncClient, tenant: str) -> None:
+    """RES-12 (docs/requirements.toml)."""
     for content in ({"text": "a", "blob": b64(b"a")}, {"text": "a", "blobSha256": "0" * 64}):
         response = await client.post(path(tenant), json={"uri": "test://x", "name": "x", **content})
         problem = assert_problem(response, 422)
@@ -81,6 +83,7 @@ async def test_text_and_blob_never_both(client: httpx.AsyncClient, tenant: str) 
 
 
 async def test_directory_has_no_content(client: httpx.AsyncClient, tenant: str) -> None:
+    """RES-21 (docs/requirements.toml)."""
     response = await client.post(
         path(tenant), json={"uri": "file:///d", "name": "d", "mimeType": "inode/directory", "text": "x"}
     )
@@ -90,6 +93,7 @@ async def test_directory_has_no_content(client: httpx.AsyncClient, tenant: str) 
 
 
 async def test_invalid_uris_are_422_at_uri(client: httpx.AsyncClient, tenant: str) -> None:
+    """RES-22 (docs/requirements.toml)."""
     for uri in [
         "no-scheme",
         "test://a\x01b",
@@ -104,6 +108,7 @@ async def test_invalid_uris_are_422_at_uri(client: httpx.AsyncClient, tenant: st
 
 
 async def test_invalid_metadata_is_422_with_field_pointers(client: httpx.AsyncClient, tenant: str) -> None:
+    """RES-8, RES-26, RES-27 (docs/requirements.toml)."""
     cases = {
         "/annotations/audience/0": {"annotations": {"audience": ["robot"]}},
         "/annotations/priority": {"annotations": {"priority": 1.5}},
@@ -129,6 +134,7 @@ async def test_invalid_metadata_is_422_with_field_pointers(client: httpx.AsyncCl
 
 
 async def test_valid_metadata_round_trips(client: httpx.AsyncClient, tenant: str) -> None:
+    """RES-27 (docs/requirements.toml)."""
     body = {
         "uri": "test://full",
         "name": "full",

@@ -70,6 +70,7 @@ async def _call(http: httpx.AsyncClient, method: str, path: str, body: object, s
 async def test_no_token_is_401_naming_the_metadata_without_an_error_code(
     anon: httpx.AsyncClient, tenant: str
 ) -> None:
+    """AUTH-3 (docs/requirements.toml)."""
     for method, path, body in TENANT_ROUTES:
         response = await anon.request(method, API + path.format(slug=tenant), json=body)
         problem = assert_problem(response, 401)
@@ -81,6 +82,7 @@ async def test_no_token_is_401_naming_the_metadata_without_an_error_code(
 
 
 async def test_the_challenge_names_metadata_that_is_served_auth_2_auth_4(anon: httpx.AsyncClient) -> None:
+    """AUTH-1, AUTH-13 (docs/requirements.toml)."""
     for path in ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"):
         metadata = await anon.get(path)
         assert metadata.status_code == 200
@@ -159,6 +161,7 @@ async def test_a_token_in_the_query_string_is_refused_even_with_a_valid_header(
 async def test_opaque_token_without_admin_flag_is_403_insufficient_scope_on_every_route(
     client: httpx.AsyncClient, anon: httpx.AsyncClient, tenant: str
 ) -> None:
+    """AUTH-8 (docs/requirements.toml)."""
     token = (await mint_token(client, tenant, scopes=["read", "write"]))["token"]
     # Its own tenant, another existing tenant and one that does not exist: the same answer.
     assert (await client.post(f"{API}/tenants", json={"slug": "other"})).status_code == 201
@@ -176,6 +179,7 @@ async def test_opaque_token_without_admin_flag_is_403_insufficient_scope_on_ever
 async def test_jwt_without_the_admin_scope_is_403_insufficient_scope(
     client: httpx.AsyncClient, anon: httpx.AsyncClient, tenant: str, issuer: Issuer
 ) -> None:
+    """AUTH-8 (docs/requirements.toml)."""
     for claims in ({"scope": "read write"}, {"scp": ["read"]}, {}):
         token = issuer.token(tenant=tenant, **claims)
         for method, path, body in TENANT_ROUTES:

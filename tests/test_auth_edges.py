@@ -278,7 +278,8 @@ async def test_the_mcp_challenge_and_metadata_name_the_scopes_to_ask_for_by_defa
     anon: httpx.AsyncClient, tenant: str
 ) -> None:
     """AUTH-4: every 401 on /mcp names the scopes to ask for (``public`` unless CATALOG_OAUTH_SCOPES
-    says otherwise), the same set as the metadata's ``scopes_supported``."""
+    says otherwise), the same set as the metadata's ``scopes_supported``.
+    Also AUTH-3 (docs/requirements.toml)."""
     metadata = (await anon.get("/.well-known/oauth-protected-resource/mcp")).json()
     assert metadata["scopes_supported"] == ["public"]
     missing = await anon.post("/mcp", json=_list_body(1), headers=modern_headers("resources/list"))
@@ -363,7 +364,8 @@ async def test_an_audience_is_compared_whole_and_each_surface_accepts_what_it_ad
 ) -> None:
     """AUTH-5, AUTH-13, RFC 8707: an audience with a query or fragment names another resource. The
     admin API accepts a token for the resource its metadata advertises (what a client following it
-    asks for), and /mcp does not (a token for the admin API is not one for /mcp)."""
+    asks for), and /mcp does not (a token for the admin API is not one for /mcp).
+    Also AUTH-6 (docs/requirements.toml)."""
     for audience in (
         f"{AUDIENCE}?tenant=other",
         f"{AUDIENCE}#x",

@@ -77,6 +77,7 @@ async def test_an_unlisted_host_is_421_on_every_route_and_names_the_setting_http
 
 @asynchronous
 async def test_an_unlisted_origin_is_403_on_every_route(srv: Served) -> None:
+    """HTTP-2 (docs/requirements.toml)."""
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=10) as http:
         for route in (*ROUTES, "/mcp"):
             response = await http.get(route, headers={"Origin": "https://evil.example"})
@@ -101,6 +102,7 @@ async def test_metadata_never_echoes_an_unlisted_host(srv: Served) -> None:
 
 @asynchronous
 async def test_a_caller_over_its_rate_gets_429_with_retry_after_on_both_surfaces(unrefilled: Served) -> None:
+    """COMP-6 (docs/requirements.toml)."""
     srv = unrefilled
     admin = {"Authorization": "Bearer cat_test-platform-admin-token"}
     async with httpx.AsyncClient(base_url=srv.base_url, timeout=10) as http:
@@ -143,6 +145,7 @@ def listen_body() -> dict[str, Any]:
 
 @asynchronous
 async def test_a_refused_listen_is_429_never_an_empty_200_and_a_freed_slot_is_reused(srv: Served) -> None:
+    """SUB-11, HTTP-11 (docs/requirements.toml)."""
     token = srv.token("src")
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
     client = Client(streamable_http_client(srv.mcp_url, http_client=http), mode=MODERN, cache=None)

@@ -252,6 +252,7 @@ async def test_a_stream_that_falls_too_far_behind_ends() -> None:
 
 
 async def test_a_quiet_stream_is_kept_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SUB-13 (docs/requirements.toml)."""
     monkeypatch.setattr(streams, "PING_INTERVAL_S", 0.05)
     connection = Connection()
     stream = FastStream(3)

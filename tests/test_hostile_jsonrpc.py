@@ -313,6 +313,7 @@ def encode_json(value: Any) -> bytes:
 def test_fuzzed_requests_get_well_formed_errors_or_results(
     srv: Served, http: httpx.Client, data: st.DataObject
 ) -> None:
+    """ERR-1, ERR-2, ERR-3, ERR-5, HTTP-3 (docs/requirements.toml)."""
     request = data.draw(requests())
     headers = data.draw(headers_for(request))
     response = post(http, encode_json(request), headers)
@@ -396,6 +397,7 @@ def test_id_null_is_an_error_never_a_result_err_4(srv: Served, http: httpx.Clien
 
 
 def test_a_batch_array_is_refused_with_32600(srv: Served, http: httpx.Client) -> None:
+    """HTTP-1 (docs/requirements.toml)."""
     one = {"jsonrpc": "2.0", "id": 1, "method": "resources/list", "params": {"_meta": envelope()}}
     headers = {
         "Content-Type": "application/json",

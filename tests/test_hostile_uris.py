@@ -181,6 +181,7 @@ def under_grant(uri: str) -> bool:
 
 @pytest.mark.parametrize("payload", CORPUS)
 def test_read_never_leaves_the_grant(http: httpx.Client, srv: dict[str, str], payload: str) -> None:
+    """RES-24 (docs/requirements.toml)."""
     response = rpc(http, srv["token"], "resources/read", {"uri": payload})
     assert_no_leak(response)
     body = response.json()
@@ -197,6 +198,7 @@ def test_read_never_leaves_the_grant(http: httpx.Client, srv: dict[str, str], pa
 def test_completion_never_suggests_outside_the_grant(
     http: httpx.Client, srv: dict[str, str], payload: str
 ) -> None:
+    """RES-23, COMP-6 (docs/requirements.toml)."""
     for ref, value in ((TEMPLATE, payload), (payload, "")):
         params = {
             "ref": {"type": "ref/resource", "uri": ref},
@@ -249,7 +251,8 @@ def test_admin_uri_filters_and_writes_refuse_confusion(http: httpx.Client) -> No
 
 def test_listen_subscriptions_never_fire_for_the_secret(http: httpx.Client, srv: dict[str, str]) -> None:
     """The payloads that are valid URIs are subscribed to (a listen naming any invalid one is
-    refused whole, SUB-3: see the assertion below and tests/test_mcp_audit_fixes.py)."""
+    refused whole, SUB-3: see the assertion below and tests/test_mcp_audit_fixes.py).
+    Also SUB-7 (docs/requirements.toml)."""
     headers = modern_headers("subscriptions/listen")
     headers["Authorization"] = f"Bearer {srv['token']}"
     valid = [payload for payload in CORPUS if canonical_or_none(payload) is not None]

@@ -1,9 +1,9 @@
 """Property-based leak test (issue 6, point 3): random tenants, resources, templates, grants and
 tokens, created through the admin API of a live server; for every principal, everything observable
-on every surface must be exactly what the design's visibility rule allows.
+on every surface must be exactly what the visibility rule allows.
 
-The expected sets come from :class:`Oracle`, a small restatement of the rule in design.md ("Identity,
-tenants, grants") written here from the text, without calling ``catalog.core.visibility``:
+The expected sets come from :class:`Oracle`, a small restatement of the rule in docs/contract.md
+("Who sees what") written here from the text, without calling ``catalog.core.visibility``:
 
 * a resource is visible to a principal of its tenant who is an admin, or who holds a scope that some
   grant of that tenant gives over it: ``{uri}`` equal to its URI, ``{uriPrefix}`` a string prefix of
@@ -13,7 +13,8 @@ tenants, grants") written here from the text, without calling ``catalog.core.vis
 * invisible and non-existent are the same ``-32602 Resource not found`` with ``data.uri``.
 
 Surfaces checked per principal (opaque tokens, admin or not, of every tenant; the anonymous caller of
-the public tenant; one JWT): every ``resources/list`` page (following ``nextCursor``; pages are made
+the public tenant; one JWT): the read-only tools (flat and tree listings, search, ``read_resource``
+of every URI), every ``resources/list`` page (following ``nextCursor``; pages are made
 small so that every listing spans several pages), another principal's cursor (``-32602`` unless both
 have the same standing), ``resources/read`` of every URI of the universe (all tenants' stored URIs and
 some that only templates answer: contents exactly, or the one not-found error), directory reads,
@@ -39,6 +40,7 @@ caller and the JWT hear those grants, and every revoked token is refused on both
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import os
 import re
@@ -210,7 +212,7 @@ def worlds(draw: Any) -> World:
     return World(tenants, jwt, draw(st.integers(0, len(tenants) - 1)))
 
 
-# -- the oracle: the design's rule, restated ----------------------------------------------------
+# -- the oracle: the contract's rule, restated --------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -621,6 +623,86 @@ async def check_mcp(live: Live, oracle: Oracle, who: Who, everything: list[str])
                     assert result.completion.values == want, (who.label, tpl, argument, partial)
                     assert (result.completion.total, result.completion.has_more) == (len(want), False)
         return pages[0].next_cursor
+
+
+def tool_structured(result: types.CallToolResult, label: Any) -> dict[str, Any]:
+    assert not result.is_error, (label, result.content)
+    assert isinstance(result.structured_content, dict), label
+    return result.structured_content
+
+
+async def tool_pages(
+    client: Client, name: str, arguments: dict[str, Any], label: Any
+) -> list[dict[str, Any]]:
+    """Every page of a listing tool, following ``nextCursor``."""
+    pages: list[dict[str, Any]] = []
+    args = dict(arguments)
+    while True:
+        page = tool_structured(await client.call_tool(name, args), (label, name, arguments))
+        assert len(page["resources"]) + len(page.get("folders", [])) <= PAGE, label
+        pages.append(page)
+        if "nextCursor" not in page:
+            return pages
+        args["cursor"] = page["nextCursor"]
+        assert len(pages) < 100, "a listing that never ends"
+
+
+def tree_level(visible: list[Res], prefix: str) -> tuple[list[str], list[str]]:
+    """One level of the URI tree at ``prefix``, restated: the folders (one ``/``-ended segment
+    deeper; at the root ``scheme://authority/``) something visible is under, and the visible
+    resources right there, each in URI byte order."""
+    folders: set[str] = set()
+    leaves: list[str] = []
+    for res in visible:
+        if not res.uri.startswith(prefix):
+            continue
+        start = len(prefix) if prefix else res.uri.index("://") + 3
+        slash = res.uri.find("/", start)
+        if slash < 0:
+            leaves.append(res.uri)
+        else:
+            folders.add(res.uri[: slash + 1])
+    return sorted(folders, key=str.encode), leaves
+
+
+async def check_tools(live: Live, oracle: Oracle, who: Who, everything: list[str]) -> None:
+    """The read-only tools (``catalog.mcp.tools``) show exactly what the resource methods show:
+    flat and tree listings, a search (metadata, then text matches), and ``read_resource`` of every
+    URI of the universe, invisible and absent alike one error naming only the URI sent."""
+    visible = oracle.visible(who)
+    async with mcp_client(live, who) as client:
+        flat = await tool_pages(client, "list_resources", {"recursive": True}, who.label)
+        assert [e["uri"] for p in flat for e in p["resources"]] == [r.uri for r in visible], who.label
+        for prefix in ("", "file:///", "file:///a/", "test://h/"):
+            pages = await tool_pages(
+                client, "list_resources", {"uriPrefix": prefix} if prefix else {}, who.label
+            )
+            folders = [f for p in pages for f in p["folders"]]
+            leaves = [e["uri"] for p in pages for e in p["resources"]]
+            assert (folders, leaves) == tree_level(visible, prefix), (who.label, prefix)
+        # "ab" matches URIs (metadata); the slug's word matches only the text of the caller's tenant.
+        found = await tool_pages(client, "search_resources", {"query": "ab"}, who.label)
+        want = [r.uri for r in visible if "ab" in r.uri]
+        assert [e["uri"] for p in found for e in p["resources"]] == want, who.label
+        word = PUBLIC if who.tenant == 0 else "leak"
+        found = await tool_pages(client, "search_resources", {"query": word}, who.label)
+        want = [r.uri for r in visible if r.kind == "text"]
+        assert [e["uri"] for p in found for e in p["resources"]] == want, (who.label, word)
+        for uri in everything:
+            expected = oracle.read(who, uri)
+            result = await client.call_tool("read_resource", {"uri": uri})
+            if expected is None:
+                assert result.is_error, (who.label, uri, "leaked", result.structured_content)
+                assert [c.text for c in result.content if isinstance(c, types.TextContent)] == [
+                    f"Resource not found: {uri}"
+                ], (who.label, uri)
+                continue
+            items = tool_structured(result, (who.label, uri))["contents"]
+            got = [
+                (i["uri"], i.get("mimeType"), base64.b64decode(i["blob"]) if "blob" in i else i["text"])
+                for i in items
+            ]
+            assert got == expected, (who.label, uri, "read_resource tool")
 
 
 async def check_foreign_cursor(live: Live, oracle: Oracle, owner: Who, cursor: str, other: Who) -> None:
@@ -1073,6 +1155,7 @@ async def check_world(live: Live, world: World) -> None:
         cursors = await asyncio.gather(
             *(check_mcp(live, oracle, who, everything) for who in built.principals)
         )
+        await asyncio.gather(*(check_tools(live, oracle, who, everything) for who in built.principals))
         everyone = built.principals
         for index, (owner, cursor) in enumerate(zip(everyone, cursors, strict=True)):
             if cursor:  # the next principal (anonymous, tokens, JWT) tries it
@@ -1100,6 +1183,7 @@ async def check_world(live: Live, world: World) -> None:
 )
 @given(world=worlds())
 def test_every_surface_shows_exactly_what_the_grants_allow(live: Live, world: World) -> None:
+    """RES-7 (docs/requirements.toml)."""
     live.loop.run_until_complete(check_world(live, world))
 
 

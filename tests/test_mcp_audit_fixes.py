@@ -197,7 +197,8 @@ async def test_a_listen_naming_a_malformed_uri_is_refused_naming_it_on_both_path
     """SUB-3 (the ack names what is honoured) and SUB-7: a ``resourceSubscriptions`` entry that is
     not a valid URI is not silently left out of the acknowledgement (the client would wait for its
     notifications in vain): the listen is refused with ``-32602`` naming it, before anything is
-    subscribed, the same answer on the plain path and the SDK's."""
+    subscribed, the same answer on the plain path and the SDK's.
+    Also RES-23 (docs/requirements.toml)."""
     uris = [README, "not a uri", "file:///project/../etc/passwd"]
     async with served(mcp_settings(database_url, tmp_path)) as srv:
         plain = await refused_listen(srv, uris, through_sdk=False)

@@ -61,6 +61,7 @@ async def _more(settings: Any) -> None:
 async def test_values_come_from_visible_stored_uris_matching_the_template_comp_2_comp_3(
     srv: Served, mode: str
 ) -> None:
+    """COMP-4 (docs/requirements.toml)."""
     async with srv.client(mode) as client:
         everything = await client.complete(SRC, {"name": "name", "value": ""})
         prefixed = await client.complete(SRC, {"name": "name", "value": "ma"})
@@ -70,6 +71,7 @@ async def test_values_come_from_visible_stored_uris_matching_the_template_comp_2
 
 
 async def test_context_arguments_narrow_the_values(srv: Served) -> None:
+    """COMP-2 (docs/requirements.toml)."""
     async with srv.client() as client:
         small = await client.complete(TREE, {"name": "file", "value": ""}, context_arguments={"dir": "small"})
         dirs = await client.complete(TREE, {"name": "dir", "value": "s"})
@@ -78,6 +80,7 @@ async def test_context_arguments_narrow_the_values(srv: Served) -> None:
 
 
 async def test_at_most_100_values_with_total_and_has_more_comp_3(srv: Served) -> None:
+    """COMP-4 (docs/requirements.toml)."""
     async with srv.client() as client:
         result = await client.complete(TREE, {"name": "file", "value": "f"}, context_arguments={"dir": "big"})
     assert len(result.completion.values) == 100
@@ -86,6 +89,7 @@ async def test_at_most_100_values_with_total_and_has_more_comp_3(srv: Served) ->
 
 
 async def test_completion_never_suggests_hidden_uris_comp_6(srv: Served) -> None:
+    """AUTH-12 (docs/requirements.toml)."""
     async with srv.client(token="src") as client:
         visible = await client.complete(SRC, {"name": "name", "value": ""})
         assert visible.completion.values == ["app.py", "main.py"]

@@ -71,6 +71,7 @@ async def test_accept_returns_contents_uncached_and_audits_the_purpose_mrtr_1_ca
 async def test_interim_result_has_form_sealed_state_and_no_cache_hints_mrtr_3_mrtr_4_cache_3(
     srv: Served,
 ) -> None:
+    """RES-10, MRTR-1, MRTR-12 (docs/requirements.toml)."""
     response = raw(srv, "resources/read", {"uri": GATED}, caps=FORM)
     assert response.status_code == 200
     result = response.json()["result"]
@@ -114,6 +115,7 @@ async def test_capability_declared_earlier_is_not_remembered_meta_2(srv: Served)
 
 
 async def test_retry_on_a_fresh_connection_completes_statelessly_mrtr_11(srv: Served) -> None:
+    """META-8 (docs/requirements.toml)."""
     first = raw(srv, "resources/read", {"uri": GATED}, caps=FORM).json()["result"]
     retry = raw(
         srv,
@@ -151,6 +153,7 @@ async def test_extra_input_responses_are_ignored_mrtr_10(srv: Served) -> None:
 
 
 async def test_tampered_replayed_or_moved_state_is_rejected_mrtr_6_mrtr_7(srv: Served) -> None:
+    """MRTR-8 (docs/requirements.toml)."""
     state = raw(srv, "resources/read", {"uri": GATED}, caps=FORM).json()["result"]["requestState"]
     flipped = state[:-3] + ("A" if state[-3] != "A" else "B") + state[-2:]
     cases: list[tuple[str, str, str | None]] = [
@@ -256,6 +259,7 @@ def _retry_with_purpose(srv: Served, purpose_json: str) -> Any:
 async def test_an_unstorable_or_oversized_purpose_is_32602_and_nothing_is_read_res_23(
     srv: Served, purpose_json: str, reason: str
 ) -> None:
+    """MRTR-10 (docs/requirements.toml)."""
     before = await consent_audit(srv)
     response = _retry_with_purpose(srv, purpose_json)
     error = response.json()["error"]

@@ -160,7 +160,8 @@ async def test_directories_consent_and_templates_take_the_full_path(srv: Served)
 @asynchronous
 async def test_header_and_envelope_faults_are_the_sdks_to_refuse(srv: Served) -> None:
     """HTTP-5, HTTP-8: a mismatched ``Mcp-Name`` or version is -32020 from the SDK, never a read;
-    a base64-encoded ``Mcp-Name`` (HTTP-8's encoding) is still a plain read."""
+    a base64-encoded ``Mcp-Name`` (HTTP-8's encoding) is still a plain read.
+    Also HTTP-14 (docs/requirements.toml)."""
     before = plain_reads()
     mismatch = raw(srv, "resources/read", {"uri": README}, headers={"Mcp-Name": APP_PY})
     assert mismatch.status_code == 400 and mismatch.json()["error"]["code"] == -32020
@@ -220,7 +221,8 @@ def list_page(
 async def test_plain_list_pages_are_the_sdks_pages_page_for_page(srv: Served, token: str | None) -> None:
     """RES-1..RES-4 (pages, opaque cursors, the last page without ``nextCursor``): every page of
     the plain path equals the SDK's page for the same cursor, resource for resource (icons,
-    annotations with ``lastModified``, ``_meta``), for each kind of principal."""
+    annotations with ``lastModified``, ``_meta``), for each kind of principal.
+    Also PAG-1 (docs/requirements.toml)."""
     cursor: str | None = None
     pages = 0
     seen: list[str] = []
@@ -249,6 +251,7 @@ async def test_plain_list_pages_are_the_sdks_pages_page_for_page(srv: Served, to
 
 @asynchronous
 async def test_a_foreign_or_damaged_cursor_is_the_sdks_to_refuse(srv: Served) -> None:
+    """PAG-5 (docs/requirements.toml)."""
     first = list_page(srv, None, token="admin").json()["result"]["nextCursor"]
     before = plain_lists()
     foreign = list_page(srv, first, token="src")  # another standing: another caller's cursor
@@ -315,6 +318,7 @@ async def test_a_plain_completion_is_the_sdks_completion(
 
 @asynchronous
 async def test_completion_refusals_are_the_sdks(srv: Served) -> None:
+    """COMP-5 (docs/requirements.toml)."""
     before = plain_completions()
     unknown = complete(srv, "file:///nowhere/{x}", {"name": "x", "value": ""}, token="admin")
     foreign = complete(srv, "test://other/{x}", {"name": "x", "value": ""}, token="admin")

@@ -51,6 +51,7 @@ def test_missing_or_mismatched_mcp_method_is_400_32020_http_8(srv: Served) -> No
 
 
 def test_missing_or_mismatched_mcp_name_is_400_32020_http_8(srv: Served) -> None:
+    """HTTP-14 (docs/requirements.toml)."""
     for response in (
         raw(srv, "resources/read", {"uri": "test://static-text"}, drop=("Mcp-Name",)),
         raw(
@@ -61,6 +62,7 @@ def test_missing_or_mismatched_mcp_name_is_400_32020_http_8(srv: Served) -> None
 
 
 def test_base64_encoded_mcp_name_is_decoded_before_comparison_http_8(srv: Served) -> None:
+    """DISC-3 (docs/requirements.toml)."""
     response = raw(
         srv,
         "resources/read",
@@ -74,12 +76,14 @@ def test_base64_encoded_mcp_name_is_decoded_before_comparison_http_8(srv: Served
 
 
 def test_body_version_differing_from_header_is_400_32020_http_5(srv: Served) -> None:
+    """HTTP-14 (docs/requirements.toml)."""
     body = {"jsonrpc": "2.0", "id": 1, "method": "resources/list", "params": {"_meta": envelope(LEGACY)}}
     response = httpx.post(srv.mcp_url, json=body, headers=modern_headers("resources/list"))
     assert response.status_code == 400 and error_of(response)["code"] == -32020
 
 
 def test_unsupported_version_is_400_32022_with_supported_list_disc_2(srv: Served) -> None:
+    """HTTP-6, COMPAT-8 (docs/requirements.toml)."""
     body = {
         "jsonrpc": "2.0",
         "id": 7,
@@ -104,13 +108,14 @@ def test_missing_envelope_keys_are_400_32602_meta_1(srv: Served) -> None:
 def test_unknown_and_removed_methods_are_404_32601_with_a_body_http_6_http_7_sub_15(
     srv: Served,
 ) -> None:
+    """COMPAT-8 (docs/requirements.toml)."""
     for method in (
         "foo/bar",
         "resources/subscribe",
         "resources/unsubscribe",
         "initialize",
         "ping",
-        "tools/list",
+        "prompts/list",  # tools/list is served unless CATALOG_MCP_TOOLS=off (tests/test_mcp_tools.py)
     ):
         response = raw(srv, method, {"uri": "test://static-text"} if "subscribe" in method else None)
         assert response.status_code == 404, method
@@ -118,6 +123,7 @@ def test_unknown_and_removed_methods_are_404_32601_with_a_body_http_6_http_7_sub
 
 
 def test_not_found_over_http_is_400_with_data_uri_sep_2164(srv: Served) -> None:
+    """RES-17 (docs/requirements.toml)."""
     uri = "test://nonexistent-resource-for-conformance-testing"
     response = raw(srv, "resources/read", {"uri": uri})
     assert response.status_code == 400
@@ -140,7 +146,8 @@ def test_get_without_a_session_is_400_for_the_2025_transport(srv: Served) -> Non
 
 def test_accept_rules_http_13(srv: Served) -> None:
     """Modern requests are answered with plain JSON (HTTP-4), so a JSON-only Accept is enough; a
-    listen response is a stream and needs ``text/event-stream``; no Accept at all is 406 (HTTP-13)."""
+    listen response is a stream and needs ``text/event-stream``; no Accept at all is 406 (HTTP-13).
+    Also HTTP-1 (docs/requirements.toml)."""
     json_only = raw(srv, "resources/list", headers={"Accept": "application/json"})
     assert json_only.status_code == 200 and json_only.headers["content-type"] == "application/json"
     assert json_only.json()["result"]["resultType"] == "complete"
@@ -170,6 +177,7 @@ def test_modern_ignores_session_ids_and_answers_plain_json_http_4_http_12(srv: S
 def test_legacy_session_wire_has_no_modern_fields_and_is_bound_to_its_credential_compat_5(
     srv: Served,
 ) -> None:
+    """ERR-5, HTTP-3, COMPAT-2, COMPAT-7 (docs/requirements.toml)."""
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     init = {
         "jsonrpc": "2.0",
@@ -276,6 +284,7 @@ def test_both_surfaces_judge_a_token_in_the_query_string_alike_auth_7(
 
 
 def test_platform_admin_token_is_403_on_the_agent_surface(srv: Served) -> None:
+    """AUTH-10 (docs/requirements.toml)."""
     response = raw(srv, "resources/list", headers={"Authorization": "Bearer cat_test-platform-admin-token"})
     assert (
         response.status_code == 403 and 'error="insufficient_scope"' in response.headers["www-authenticate"]

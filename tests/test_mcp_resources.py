@@ -63,6 +63,7 @@ def not_found_code(mode: str) -> int:
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_list_pages_everything_visible_in_uri_order_pag_1_pag_2(srv: Served, mode: str) -> None:
+    """RES-4, PAG-3 (docs/requirements.toml)."""
     async with srv.client(mode) as client:
         items, pages = await all_pages(client)
     uris = [r.uri for r in items]
@@ -77,13 +78,15 @@ async def test_list_pages_carry_a_constant_private_scope_even_for_anonymous_call
     srv: Served,
 ) -> None:
     """One /mcp serves every tenant: the same URL answers another tenant's token differently, so no
-    answer is ``public`` (CACHE-6), not even the public tenant's anonymous one."""
+    answer is ``public`` (CACHE-6), not even the public tenant's anonymous one.
+    Also PAG-7, CACHE-4 (docs/requirements.toml)."""
     async with srv.client() as client:
         _, pages = await all_pages(client)
     assert {(p.ttl_ms, p.cache_scope) for p in pages} == {(10_000, "private")}
 
 
 async def test_list_for_token_is_private_and_includes_tag_granted_resource_cache_6(srv: Served) -> None:
+    """RES-7, AUTH-11 (docs/requirements.toml)."""
     async with srv.client(token="staff") as client:
         items, pages = await all_pages(client)
     assert {p.cache_scope for p in pages} == {"private"}
@@ -91,6 +94,7 @@ async def test_list_for_token_is_private_and_includes_tag_granted_resource_cache
 
 
 async def test_resource_metadata_is_served_exactly_as_stored_meta(srv: Served) -> None:
+    """RES-8, RES-9, RES-26, META-7 (docs/requirements.toml)."""
     async with srv.client() as client:
         items, _ = await all_pages(client)
     readme = next(r for r in items if r.uri == "file:///project/README.md")
@@ -125,6 +129,7 @@ async def test_cursor_is_bound_to_visibility_and_tampering_is_rejected_pag_5(srv
 
 
 async def test_cursor_continues_on_another_connection_pag_6(srv: Served) -> None:
+    """CACHE-9, META-8 (docs/requirements.toml)."""
     async with srv.client() as first:
         page1 = await first.list_resources()
     async with srv.client() as second:
@@ -148,6 +153,7 @@ async def test_templates_list_with_hints_res_13(srv: Served, mode: str) -> None:
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_read_text_and_blob_with_right_mime_and_size_res_9_res_12(srv: Served, mode: str) -> None:
+    """RES-10 (docs/requirements.toml)."""
     async with srv.client(mode) as client:
         text = await client.read_resource("test://static-text")
         blob = await client.read_resource("test://static-binary")
@@ -166,6 +172,7 @@ async def test_read_text_and_blob_with_right_mime_and_size_res_9_res_12(srv: Ser
 async def test_read_directory_returns_visible_descendants_without_consent_gated_ones_res_11(
     srv: Served, mode: str
 ) -> None:
+    """RES-21 (docs/requirements.toml)."""
     async with srv.client(mode) as client:
         result = await client.read_resource("file:///project")
     uris = [c.uri for c in result.contents]
@@ -179,6 +186,7 @@ async def test_read_directory_returns_visible_descendants_without_consent_gated_
 
 
 async def test_read_directory_is_bounded_to_100_items_in_uri_order(srv: Served) -> None:
+    """RES-11 (docs/requirements.toml)."""
     async with srv.client() as client:
         result = await client.read_resource("test://bulk")
     assert len(result.contents) == DIRECTORY_MAX_ITEMS
@@ -187,6 +195,7 @@ async def test_read_directory_is_bounded_to_100_items_in_uri_order(srv: Served) 
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_read_template_expansion_renders_body_res_15(srv: Served, mode: str) -> None:
+    """RES-14 (docs/requirements.toml)."""
     async with srv.client(mode) as client:
         result = await client.read_resource("test://template/123/data")
     [item] = result.contents
@@ -205,6 +214,7 @@ async def test_read_template_value_is_json_escaped(srv: Served, mode: str) -> No
 async def test_missing_hidden_and_bodiless_template_uris_are_not_found_res_17_err_1(
     srv: Served, mode: str
 ) -> None:
+    """RES-18, COMPAT-6 (docs/requirements.toml)."""
     async with srv.client(mode) as client:
         for uri in (
             "test://nonexistent-resource-for-conformance-testing",
@@ -251,6 +261,7 @@ async def test_traversal_and_malformed_uris_never_return_content_res_23_res_24(
 async def test_prefix_grant_sees_only_its_subtree_in_list_read_and_templates_res_25(
     srv: Served, mode: str
 ) -> None:
+    """RES-7, CACHE-5, AUTH-9, AUTH-11, AUTH-12 (docs/requirements.toml)."""
     async with srv.client(mode, token="src") as client:
         items, pages = await all_pages(client)
         assert [r.uri for r in items] == [
@@ -271,6 +282,7 @@ async def test_prefix_grant_sees_only_its_subtree_in_list_read_and_templates_res
 
 
 async def test_token_without_grants_sees_nothing(srv: Served) -> None:
+    """RES-5, CACHE-5 (docs/requirements.toml)."""
     async with srv.client(token="none") as client:
         page = await client.list_resources()
         assert page.resources == [] and page.next_cursor is None
@@ -290,6 +302,7 @@ async def test_tenants_are_walled_other_tenant_admin_reads_its_own_resource(srv:
 
 
 async def test_same_credentials_same_list_after_other_requests_res_6(srv: Served) -> None:
+    """CACHE-9 (docs/requirements.toml)."""
     async with srv.client() as one:
         first, _ = await all_pages(one)
     async with srv.client() as two:
@@ -302,6 +315,7 @@ async def test_same_credentials_same_list_after_other_requests_res_6(srv: Served
 
 
 async def test_discover_advertises_what_is_served_disc_1_res_3(srv: Served) -> None:
+    """RES-1, RES-2, META-10, DISC-4, COMP-1, COMPAT-4 (docs/requirements.toml)."""
     async with srv.client("auto") as client:
         assert client.protocol_version == MODERN
         caps = client.server_capabilities
@@ -311,11 +325,14 @@ async def test_discover_advertises_what_is_served_disc_1_res_3(srv: Served) -> N
             and caps.resources.list_changed is True
         )
         assert caps.completions is not None
-        assert caps.tools is None and caps.prompts is None and caps.logging is None
+        # The read-only tools are on by default (tests/test_mcp_tools.py); their list never changes.
+        assert caps.tools is not None and caps.tools.list_changed is False
+        assert caps.prompts is None and caps.logging is None
         assert client.server_info is not None and client.server_info.name == "catalog"
 
 
 async def test_legacy_initialize_echoes_version_and_capabilities_compat_2_compat_4(srv: Served) -> None:
+    """DISC-4 (docs/requirements.toml)."""
     async with srv.client("legacy") as client:
         assert client.protocol_version == "2025-11-25"
         caps = client.server_capabilities
@@ -324,4 +341,4 @@ async def test_legacy_initialize_echoes_version_and_capabilities_compat_2_compat
             and caps.resources.subscribe is True
             and caps.resources.list_changed is True
         )
-        assert caps.completions is not None and caps.tools is None
+        assert caps.completions is not None and caps.tools is not None

@@ -86,6 +86,7 @@ async def collect(sub: Any, until: Any) -> list[Any]:
 
 
 async def test_ack_names_exactly_what_is_honoured_sub_2_sub_3(srv: Served) -> None:
+    """RES-3, DISC-4 (docs/requirements.toml)."""
     async with (
         srv.client() as client,
         client.listen(
@@ -104,6 +105,7 @@ async def test_ack_names_exactly_what_is_honoured_sub_2_sub_3(srv: Served) -> No
 async def test_updates_and_list_changes_fire_only_for_visible_uris_sub_4_sub_6(
     srv: Served, writer: Any
 ) -> None:
+    """RES-3, RES-16 (docs/requirements.toml)."""
     async with (
         srv.client() as client,
         client.listen(resources_list_changed=True, resource_subscriptions=[WATCHED, HIDDEN]) as sub,
@@ -119,6 +121,7 @@ async def test_updates_and_list_changes_fire_only_for_visible_uris_sub_4_sub_6(
 
 
 async def test_a_subscribed_directory_fires_for_its_descendants(srv: Served, writer: Any) -> None:
+    """SUB-7 (docs/requirements.toml)."""
     async with srv.client() as client, client.listen(resource_subscriptions=["file:///project/src"]) as sub:
         await writer("file:///project/srcfoo", "a sibling, not a descendant")
         await writer("file:///project/src/app.py", "def greet(): ...")
@@ -127,6 +130,7 @@ async def test_a_subscribed_directory_fires_for_its_descendants(srv: Served, wri
 
 
 async def test_grant_changes_reach_token_streams_as_list_changed(srv: Served, writer: Any) -> None:
+    """RES-5 (docs/requirements.toml)."""
     async with srv.client(token="src") as client, client.listen(resources_list_changed=True) as sub:
         catalog, tenant = writer.catalog, writer.tenant
         await create_grant(
@@ -197,6 +201,7 @@ def raw_listen(
 async def test_raw_stream_is_sse_tagged_with_the_listen_id_and_ends_gracefully_on_shutdown_sub_5_sub_10_sub_13(
     postgres_server: Any, template_database: str, tmp_path: Path
 ) -> None:
+    """SUB-1, SUB-4 (docs/requirements.toml)."""
     async with module_database(postgres_server, template_database) as url:
         settings = mcp_settings(url, tmp_path)
         engine = create_engine(
@@ -382,7 +387,8 @@ async def test_a_list_listener_hears_a_tag_making_a_resource_visible_without_sub
 
 
 async def test_a_subscription_to_a_hidden_directory_never_fires_sub_7(srv: Served, writer: Any) -> None:
-    """Item 11: a token that sees file:///secret/key.txt but not the directory file:///secret."""
+    """Item 11: a token that sees file:///secret/key.txt but not the directory file:///secret.
+    Also AUTH-12 (docs/requirements.toml)."""
     await writer("file:///secret/key.txt", "k1")
     await upsert_resource(
         writer.catalog,

@@ -81,6 +81,7 @@ async def catalog(database_url: str, tmp_path: Path, issuer: Issuer) -> AsyncIte
 async def test_a_valid_jwt_maps_to_the_same_principal_as_an_opaque_token(
     catalog: Catalog, issuer: Issuer
 ) -> None:
+    """AUTH-1 (docs/requirements.toml)."""
     principal = await authenticate(catalog, f"Bearer {issuer.token(tenant='acme', scope='reader docs')}")
     assert principal is not None
     assert (
@@ -99,6 +100,7 @@ async def test_a_valid_jwt_maps_to_the_same_principal_as_an_opaque_token(
 
 
 async def test_the_admin_scope_makes_a_tenant_admin(catalog: Catalog, issuer: Issuer) -> None:
+    """AUTH-9 (docs/requirements.toml)."""
     principal = await authenticate(catalog, f"Bearer {issuer.token(tenant='acme', scp=['catalog:admin'])}")
     assert principal is not None and principal.is_admin and principal.administers(principal.tenant_id or 0)
     assert principal.scopes == frozenset()
@@ -119,6 +121,7 @@ async def test_the_admin_scope_makes_a_tenant_admin(catalog: Catalog, issuer: Is
 async def test_tokens_outside_their_window_audience_or_issuer_are_refused(
     catalog: Catalog, issuer: Issuer, claims: dict[str, Any], reason: str
 ) -> None:
+    """AUTH-5, AUTH-6 (docs/requirements.toml)."""
     token = issuer.token(**{"tenant": "acme", **claims})
     with pytest.raises(Unauthenticated) as info:
         await authenticate(catalog, f"Bearer {token}")

@@ -257,6 +257,7 @@ async def python_session(http: httpx2.AsyncClient, url: str, admin_url: str) -> 
 
 
 async def test_python_sdk_sessions_on_two_workers_every_step_served_by_both(two_workers: Served) -> None:
+    """COMPAT-7 (docs/requirements.toml)."""
     coverage = Coverage()
     sessions = 0
     while coverage.missing(2) and sessions < MAX_SESSIONS:
@@ -272,6 +273,7 @@ async def test_python_sdk_sessions_on_two_workers_every_step_served_by_both(two_
 
 
 async def test_python_sdk_session_alternating_between_two_hosts(two_hosts: tuple[Served, Served]) -> None:
+    """META-8 (docs/requirements.toml)."""
     first, second = two_hosts
     coverage = Coverage()
     for start in range(2):  # two sessions, each step of the second on the other host than in the first
@@ -418,6 +420,7 @@ async def holding_stream(url: str, headers: dict[str, str]) -> asyncio.Task[str]
 async def test_delete_on_one_host_ends_the_session_and_its_stream_on_the_other(
     two_hosts: tuple[Served, Served],
 ) -> None:
+    """COMPAT-7 (docs/requirements.toml)."""
     first, second = two_hosts
     async with httpx.AsyncClient(timeout=WAIT) as http:
         headers = await open_session(http, first.mcp_url)

@@ -162,6 +162,7 @@ async def test_one_resources_read_is_one_trace_request_then_mcp_method_then_sql(
 async def test_a_callers_traceparent_makes_the_request_part_of_its_trace(
     srv: Served, exporter: Exported
 ) -> None:
+    """META-11 (docs/requirements.toml)."""
     exporter.clear()
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     parent = f"00-{trace_id}-00f067aa0ba902b7-01"

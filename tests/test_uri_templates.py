@@ -98,6 +98,7 @@ def test_parse_template_reports_optional_query_variables() -> None:
     ],
 )
 def test_parse_template_refuses_with_a_reason(raw: str, reason: str) -> None:
+    """RES-13 (docs/requirements.toml)."""
     with pytest.raises(InvalidTemplate) as info:
         parse_template(raw)
     assert reason in info.value.reason

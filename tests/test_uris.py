@@ -127,6 +127,7 @@ def test_normalize_uri_gives_the_canonical_form(raw: str, canonical: str) -> Non
     ],
 )
 def test_normalize_uri_refuses_malformed_uris_with_a_reason(raw: str, reason: str | None) -> None:
+    """RES-22 (docs/requirements.toml)."""
     if reason is None:
         normalize_uri(raw)
         return
@@ -228,6 +229,7 @@ TRAVERSAL_PAYLOADS = [
 
 @pytest.mark.parametrize("payload", TRAVERSAL_PAYLOADS)
 def test_traversal_payload_is_refused(payload: str) -> None:
+    """RES-24 (docs/requirements.toml)."""
     with pytest.raises(InvalidUri) as info:
         normalize_uri(payload)
     assert re.search(r"traversal|disguised|UTF-8", info.value.reason)

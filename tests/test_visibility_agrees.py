@@ -127,6 +127,7 @@ async def test_allows_the_sql_predicate_the_page_function_and_the_fast_read_agre
     standing: tuple[str, frozenset[str]],
     limit: int,
 ) -> None:
+    """RES-25, AUTH-12 (docs/requirements.toml)."""
     n = next(SLUGS)
     tenant = await db.fetchval("INSERT INTO tenants (slug, name) VALUES ($1, 'T') RETURNING id", f"v{n}")
     elsewhere = await db.fetchval("INSERT INTO tenants (slug, name) VALUES ($1, 'O') RETURNING id", f"o{n}")

@@ -17,7 +17,15 @@ from catalog.admin.deps import AdminTenantDep, CatalogDep, Cursor, ItemId, Limit
 from catalog.core import resources as core
 from catalog.core.errors import FieldError, InvalidInput
 from catalog.core.resources import ListingFilter, ResourceRecord
-from catalog.core.schemas.base import Page, Tag, Uri, UriPrefix
+from catalog.core.schemas.base import (
+    MAX_SEARCH_LENGTH,
+    MEDIA_TYPE_FILTER_PATTERN,
+    SEARCH_PATTERN,
+    Page,
+    Tag,
+    Uri,
+    UriPrefix,
+)
 from catalog.core.schemas.resources import (
     ResourceIn,
     ResourceOut,
@@ -37,8 +45,8 @@ Search = Annotated[
     str | None,
     Query(
         min_length=1,
-        max_length=256,
-        pattern=r"^[^\x00-\x1f\x7f]+$",
+        max_length=MAX_SEARCH_LENGTH,
+        pattern=SEARCH_PATTERN,
         description=(
             "search: a case-insensitive substring of uri, name, title or description, or every word "
             "of it in the text; metadata matches come first, then text matches, each in URI order"
@@ -50,7 +58,7 @@ MimeFilter = Annotated[
     Query(
         alias="mimeType",
         max_length=255,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*/(\*|[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)$",
+        pattern=MEDIA_TYPE_FILTER_PATTERN,
         description="exactly this media type, or `type/*` for all of a type (e.g. `image/*`)",
     ),
 ]

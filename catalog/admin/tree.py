@@ -37,7 +37,7 @@ async def browse_tree(
     entries, next_cursor = await core.tree_page(
         catalog,
         principal,
-        tenant,
+        tenant.id,
         prefix=folder,
         cursor=cursor,
         limit=limit,

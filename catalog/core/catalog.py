@@ -16,6 +16,7 @@ from catalog.settings import Settings
 
 if TYPE_CHECKING:
     from catalog.auth.jwt import JwtVerifier
+    from catalog.core.replicas import ReadReplicas
     from catalog.core.visibility import Visibility
     from catalog.events.credentials import CredentialWatch
     from catalog.events.hub import EventHub
@@ -42,6 +43,9 @@ class Catalog:
     # the statement that authenticates it, and used only if the visibility is still that
     # (``direct.listing.fast_resources_page``, ``direct.completion.fast_completion``).
     page_visibilities: dict[Hashable, Visibility] = field(default_factory=dict)
+    # The read replicas MCP reads run on (``catalog.core.replicas``; None: all on ``engine``). A
+    # replica's own view of the catalogue has none.
+    read_replicas: ReadReplicas | None = None
 
     @cached_property
     def signing_key(self) -> bytes:

@@ -46,9 +46,12 @@ from catalog.core.errors import Forbidden, InvalidInput, NotFound
 from catalog.core.principal import Principal
 from catalog.core.resources import (
     LISTING_COLUMNS,
+    ListingFilter,
     ResourceRecord,
+    TreeEntry,
     list_page,
     record_from_row,
+    tree_page,
 )
 from catalog.core.schemas.base import ConsentPurpose
 from catalog.core.templates import TemplateRecord, template_from_row, template_page
@@ -81,6 +84,11 @@ DIRECTORY_MAX_BYTES = 1024 * 1024
 
 RESOURCE_LISTING = "mcp.resources"
 TEMPLATE_LISTING = "mcp.templates"
+# The read-only tools' listings (``catalog.mcp.tools``): each its own, so a cursor of one is refused
+# by another (a cursor also names its filters and the caller's visibility).
+SEARCH_LISTING = "mcp.tools.search"
+FLAT_LISTING = "mcp.tools.flat"
+TREE_LISTING = "mcp.tools.tree"
 
 
 class ResourceNotFound(NotFound):
@@ -192,6 +200,43 @@ async def templates_page(
         return await template_page(
             catalog, conn, visibility, listing=TEMPLATE_LISTING, cursor=cursor, limit=page_size(catalog)
         )
+
+
+async def filtered_page(
+    catalog: Catalog, principal: Principal, filters: ListingFilter, cursor: str | None, *, listing: str
+) -> tuple[list[ResourceRecord], str | None]:
+    """One page (:func:`page_size`) of the visible resources passing ``filters``: with a query, the
+    search the admin API's ``?q=`` runs (metadata matches first, then text matches, each in URI
+    order); else in URI byte order. ``InvalidCursor`` on a bad cursor."""
+    tenant_id = tenant_of(principal)
+    async with transaction(catalog.engine, TenantScope.tenant(tenant_id)) as conn:
+        visibility = await load_visibility(conn, principal, tenant_id)
+        return await list_page(
+            catalog,
+            conn,
+            visibility,
+            listing=listing,
+            cursor=cursor,
+            limit=page_size(catalog),
+            filters=filters,
+        )
+
+
+async def folder_page(
+    catalog: Catalog, principal: Principal, prefix: str, cursor: str | None
+) -> tuple[list[TreeEntry], str | None]:
+    """One page (:func:`page_size`) of one level of the URI tree at ``prefix`` (the root when empty):
+    the visible resources there and the folders (prefixes ending in ``/``) something visible is
+    under, in URI byte order, as the admin API's tree shows them."""
+    return await tree_page(
+        catalog,
+        principal,
+        tenant_of(principal),
+        prefix=prefix,
+        cursor=cursor,
+        limit=page_size(catalog),
+        listing=TREE_LISTING,
+    )
 
 
 async def visibility_of(catalog: Catalog, principal: Principal) -> Visibility:

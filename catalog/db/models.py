@@ -1,6 +1,6 @@
 """The catalogue schema as SQLAlchemy Core tables: the one description Alembic migrates to.
 
-Rules the layout follows (design, Part 2):
+Rules the layout follows (docs/contract.md, Part 2, rules 2, 5 and 6):
 - ``tenant_id`` leads every primary and unique key, so the schema can be distributed by tenant.
 - URIs are ``text COLLATE "C"``: listing order is byte order and prefix grants become index ranges.
 - Blob bytes live in ``blobs`` only; resource rows hold a sha256 reference, so listings never read them.

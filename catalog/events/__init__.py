@@ -49,6 +49,9 @@ async def events_lifespan(catalog: Catalog, stopping: anyio.Event) -> AsyncItera
     catalog.readiness_probes["events"] = listener.status
     credentials = CredentialWatch(lambda token_ids: live_tokens(catalog, token_ids))
     catalog.credential_watch = credentials
+    if catalog.read_replicas is not None:
+        # No read a notification prompts is older than the change it told of (catalog.core.replicas).
+        listener.add_change_observer(catalog.read_replicas.changed)
     await listener.add_channel(CREDENTIALS_CHANNEL, credentials.on_payload)
     listener.add_state_listener(lambda state: credentials.on_reconnected() if state.connected else None)
     if not await listener.start(wait=5.0):

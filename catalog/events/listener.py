@@ -126,6 +126,7 @@ class ChangeListener:
         self._last_error: str | None = None
         self._stopped = False
         self._state_listeners: list[Callable[[ChangeListener], None]] = []
+        self._change_observers: list[Callable[[int | None], None]] = []
         self._channels: dict[str, Callable[[str], None]] = {}  # other channels: name -> on payload
         self._connected_waiters: list[asyncio.Future[None]] = []
 
@@ -175,6 +176,11 @@ class ChangeListener:
     def add_state_listener(self, callback: Callable[[ChangeListener], None]) -> None:
         """``callback(listener)`` runs synchronously on every change of ``connected``."""
         self._state_listeners.append(callback)
+
+    def add_change_observer(self, callback: Callable[[int | None], None]) -> None:
+        """``callback(tenant_id)`` for every change notified, before it is published; after every
+        reconnection ``callback(None)`` (whatever was missed may have been any tenant's)."""
+        self._change_observers.append(callback)
 
     async def add_channel(self, channel: str, on_payload: Callable[[str], None]) -> None:
         """Also LISTEN on ``channel``, now and after every reconnection; ``on_payload(payload)`` runs
@@ -249,6 +255,8 @@ class ChangeListener:
                 self.last_seq = max_seq
             # After LISTEN is in place: anything committed later is announced, anything before is
             # covered by the gap. Harmless at first start (no subscriptions yet, or nothing stale).
+            for observer in self._change_observers:
+                observer(None)
             self.hub.publish_gap("reconnected", max_seq)
             await self._watch(lost)
             self._set_state(connected=False)
@@ -334,6 +342,8 @@ class ChangeListener:
             logger.warning("event listener: %s", exc)
             return
         metrics.EVENTS_RECEIVED.inc()
+        for observer in self._change_observers:
+            observer(event.tenant_id)  # before the event reaches any stream (the read replicas')
         if event.seq is not None and (self.last_seq is None or event.seq > self.last_seq):
             self.last_seq = event.seq
         if event.op == BULK:

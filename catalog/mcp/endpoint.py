@@ -6,7 +6,8 @@ both eras, GET/DELETE for 2025-11-25 sessions; never ``mount()``, which would re
 ``/.well-known/oauth-protected-resource/mcp``, and registers the endpoint's lifespan hook.
 
 Module map of the package: ``context`` (what a handler knows about its request), ``handlers`` (thin
-translations to ``catalog.core``), ``listen`` (2026-07-28 ``subscriptions/listen`` through the SDK),
+translations to ``catalog.core``), ``tools`` (the read-only tools,
+``CATALOG_MCP_TOOLS``), ``listen`` (2026-07-28 ``subscriptions/listen`` through the SDK),
 ``fast`` and ``fast_listen`` (plainly valid requests and listens answered without it: the fast
 path, ``CATALOG_MCP_FAST_PATH``), ``results`` (the result fields both paths send), ``shadow`` (the
 fast path's answers compared with the SDK's, ``CATALOG_MCP_FAST_PATH=shadow``), ``sessions``
@@ -56,7 +57,11 @@ class McpEndpoint:
         self.fast_listens = FastListens(self)
         self.sessions = SessionTransport(self, idle_seconds=settings.session_idle_seconds)
         self.server = build_server(
-            self, signing_key=settings.signing_key(), listen=self.listen, sessions=self.sessions
+            self,
+            signing_key=settings.signing_key(),
+            listen=self.listen,
+            sessions=self.sessions,
+            serve_tools=settings.mcp_tools == "on",
         )
         # What the SDK stamps on every 2026-07-28 result; the fast read path stamps the same.
         self.server_info = self.server.server_info_stamp

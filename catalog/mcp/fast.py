@@ -53,7 +53,9 @@ from catalog.core.catalog import Catalog
 from catalog.core.direct.completion import fast_completion
 from catalog.core.direct.listing import fast_resources_page
 from catalog.core.direct.reading import fast_read
+from catalog.core.direct.tokens import token_principal
 from catalog.core.principal import Principal
+from catalog.core.replicas import on_replica
 from catalog.mcp.handlers import listing_fields
 from catalog.mcp.results import cache_hints, completion_fields, content_fields, stamped
 from catalog.observability import metrics, tracing
@@ -253,7 +255,28 @@ async def fast_answer(
     catalog: Catalog, request: FastRequest, *, token: str | None, principal: Principal | None
 ) -> tuple[Principal, dict[str, Any]] | None:
     """The result of ``request`` for an opaque ``token`` or an authenticated ``principal``, and
-    the principal it is for; None when the full path must answer."""
+    the principal it is for; None when the full path must answer.
+
+    With read replicas the token is looked up on the primary first (a revocation is never outlived
+    by a replica's lag), then the request is answered for its principal on a replica."""
+    if catalog.read_replicas is None:
+        return await _fast_answer(catalog, request, token=token, principal=principal)
+    if token is not None:
+        principal = await token_principal(catalog, token)
+        if principal is None:
+            return None  # unknown, revoked or expired: the full path refuses it
+        token = None
+    reader_principal = principal
+    return await on_replica(
+        catalog,
+        lambda reader: _fast_answer(reader, request, token=None, principal=reader_principal),
+        tenant_id=None if principal is None else principal.tenant_id,
+    )
+
+
+async def _fast_answer(
+    catalog: Catalog, request: FastRequest, *, token: str | None, principal: Principal | None
+) -> tuple[Principal, dict[str, Any]] | None:
     if request.method == READ:
         read = await fast_read(catalog, request.uri, token=token, principal=principal)
         if read is None:

@@ -7,6 +7,7 @@ codes, the consent flow, cache hints) is decided with ``catalog.mcp.context``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -19,6 +20,7 @@ from catalog.core.catalog import Catalog
 from catalog.core.cursors import InvalidCursor
 from catalog.core.direct.completion import InvalidArgument, UnknownTemplate, complete_argument
 from catalog.core.reading import Content, InvalidReadParams, ReadOutcome, ResourceNotFound
+from catalog.core.replicas import on_replica
 from catalog.core.resources import ListingEntry, ResourceRecord, effective_annotations, entry_values
 from catalog.core.templates import TemplateRecord
 from catalog.mcp import results
@@ -141,8 +143,11 @@ def list_resources(endpoint: CatalogSource):
     async def handler(ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         principal = principal_of(ctx)
         try:
-            records, next_cursor = await reading.resources_page(
-                endpoint.catalog, principal, params.cursor if params else None
+            cursor = params.cursor if params else None
+            records, next_cursor = await on_replica(
+                endpoint.catalog,
+                lambda reader: reading.resources_page(reader, principal, cursor),
+                tenant_id=principal.tenant_id,
             )
         except InvalidCursor:
             raise invalid_cursor() from None
@@ -161,8 +166,11 @@ def list_templates(endpoint: CatalogSource):
     ) -> types.ListResourceTemplatesResult:
         principal = principal_of(ctx)
         try:
-            records, next_cursor = await reading.templates_page(
-                endpoint.catalog, principal, params.cursor if params else None
+            cursor = params.cursor if params else None
+            records, next_cursor = await on_replica(
+                endpoint.catalog,
+                lambda reader: reading.templates_page(reader, principal, cursor),
+                tenant_id=principal.tenant_id,
             )
         except InvalidCursor:
             raise invalid_cursor() from None
@@ -194,86 +202,110 @@ def _declined(uri: str, action: str) -> MCPError:
     )
 
 
-def read_resource(endpoint: CatalogSource):
-    async def read(ctx: Ctx, uri: str, purpose: str | None = None) -> ReadOutcome:
-        try:
-            return await reading.read_resource(
-                endpoint.catalog, principal_of(ctx), uri, consent_purpose=purpose
-            )
-        except ResourceNotFound:
-            raise not_found(ctx, uri) from None
-        except InvalidReadParams as exc:  # a refused URI or consent purpose
-            raise MCPError(INVALID_PARAMS, exc.detail, data={"uri": uri}) from None
+@dataclass(frozen=True)
+class Consented:
+    """A read's outcome with its contents, and whether consent was given for it (never cached)."""
 
-    def finished(ctx: Ctx, outcome: ReadOutcome, *, ttl_ms: int) -> types.ReadResourceResult:
-        return types.ReadResourceResult(
-            contents=to_contents(outcome.contents),
-            ttl_ms=ttl_ms,
-            cache_scope=cache_scope(principal_of(ctx)) if ttl_ms else "private",
-        )
+    outcome: ReadOutcome
+    consented: bool
 
-    def ask(outcome: ReadOutcome) -> types.InputRequiredResult:
-        return types.InputRequiredResult(
-            input_requests={
-                CONSENT_KEY: types.ElicitRequest(
-                    params=types.ElicitRequestFormParams(
-                        message=outcome.consent_message or "", requested_schema=CONSENT_SCHEMA
-                    )
+
+def _ask(outcome: ReadOutcome) -> types.InputRequiredResult:
+    return types.InputRequiredResult(
+        input_requests={
+            CONSENT_KEY: types.ElicitRequest(
+                params=types.ElicitRequestFormParams(
+                    message=outcome.consent_message or "", requested_schema=CONSENT_SCHEMA
                 )
-            },
-            request_state=CONSENT_STATE,  # plaintext here; RequestStateBoundary seals it on the way out
-        )
+            )
+        },
+        request_state=CONSENT_STATE,  # plaintext here; RequestStateBoundary seals it on the way out
+    )
 
-    async def consent_2026(
-        ctx: Ctx, params: types.ReadResourceRequestParams, outcome: ReadOutcome
-    ) -> types.ReadResourceResult | types.InputRequiredResult:
+
+async def read_with_consent(
+    endpoint: CatalogSource,
+    ctx: Ctx,
+    uri: str,
+    *,
+    request_state: str | None = None,
+    input_responses: types.InputResponses | None = None,
+) -> Consented | types.InputRequiredResult:
+    """Read ``uri`` for this request's principal, asking for consent where the resource wants it:
+    at 2026-07-28 an ``InputRequiredResult`` (its answer comes back in ``input_responses``), in a
+    2025-11-25 session a server-initiated ``elicitation/create``. ``resources/read`` and the
+    ``read_resource`` tool (``catalog.mcp.tools``) share it. The core's ``ResourceNotFound`` and
+    ``InvalidReadParams`` pass through (each caller says them its own way); a declined consent is
+    ``CONSENT_DECLINED``, a client that cannot be asked the capability error of its era."""
+    catalog, principal = endpoint.catalog, principal_of(ctx)
+    # On a read replica when one fits; the reads below, with a consent purpose, write its audit
+    # entry and run on the primary.
+    outcome = await on_replica(
+        catalog, lambda reader: reading.read_resource(reader, principal, uri), tenant_id=principal.tenant_id
+    )
+    if not outcome.needs_consent:
+        return Consented(outcome, consented=False)
+    if is_2026(ctx):
         # RequestStateBoundary has already verified and unsealed requestState (else -32602).
-        answer = (params.input_responses or {}).get(CONSENT_KEY)
-        if params.request_state == CONSENT_STATE and isinstance(answer, types.ElicitResult):
+        answer = (input_responses or {}).get(CONSENT_KEY)
+        if request_state == CONSENT_STATE and isinstance(answer, types.ElicitResult):
             if answer.action in ("decline", "cancel"):
-                raise _declined(params.uri, answer.action)
+                raise _declined(uri, answer.action)
             purpose = _purpose(answer)
             if purpose is not None:
-                return finished(ctx, await read(ctx, params.uri, purpose), ttl_ms=0)
+                read = await reading.read_resource(catalog, principal, uri, consent_purpose=purpose)
+                return Consented(read, consented=True)
         if not supports_form_elicitation(ctx):
             raise MCPError(
                 MISSING_REQUIRED_CLIENT_CAPABILITY,
                 "Reading this resource needs consent: the client must declare the elicitation (form) capability",
                 data={"requiredCapabilities": CONSENT_CAPABILITIES},
             )
-        return ask(outcome)
-
-    async def consent_2025(
-        ctx: Ctx, params: types.ReadResourceRequestParams, outcome: ReadOutcome
-    ) -> types.ReadResourceResult:
-        if not supports_form_elicitation(ctx):
-            raise MCPError(
-                INVALID_PARAMS,
-                "Reading this resource needs consent: the client must declare the elicitation capability",
-                data={"uri": params.uri, "requiredCapabilities": CONSENT_CAPABILITIES},
-            )
-        # Server-initiated elicitation/create on this POST's SSE stream (needs json_response=False).
-        answer = await ctx.session.elicit_form(
-            outcome.consent_message or "", CONSENT_SCHEMA, related_request_id=ctx.request_id
+        return _ask(outcome)
+    if not supports_form_elicitation(ctx):
+        raise MCPError(
+            INVALID_PARAMS,
+            "Reading this resource needs consent: the client must declare the elicitation capability",
+            data={"uri": uri, "requiredCapabilities": CONSENT_CAPABILITIES},
         )
-        purpose = _purpose(answer)
-        if purpose is None:
-            raise _declined(
-                params.uri, answer.action if answer.action != "accept" else "accept-without-purpose"
-            )
-        return finished(ctx, await read(ctx, params.uri, purpose), ttl_ms=0)
+    # Server-initiated elicitation/create on this POST's SSE stream (needs json_response=False).
+    answer_2025 = await ctx.session.elicit_form(
+        outcome.consent_message or "", CONSENT_SCHEMA, related_request_id=ctx.request_id
+    )
+    purpose = _purpose(answer_2025)
+    if purpose is None:
+        raise _declined(
+            uri, answer_2025.action if answer_2025.action != "accept" else "accept-without-purpose"
+        )
+    read = await reading.read_resource(catalog, principal, uri, consent_purpose=purpose)
+    return Consented(read, consented=True)
 
+
+def read_resource(endpoint: CatalogSource):
     async def handler(
         ctx: Ctx, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult | types.InputRequiredResult:
-        outcome = await read(ctx, params.uri)
-        if not outcome.needs_consent:
-            return finished(
-                ctx, outcome, ttl_ms=results.read_ttl_ms(outcome.ttl_ms, endpoint.catalog.settings)
+        try:
+            read = await read_with_consent(
+                endpoint,
+                ctx,
+                params.uri,
+                request_state=params.request_state,
+                input_responses=params.input_responses,
             )
-        if is_2026(ctx):
-            return await consent_2026(ctx, params, outcome)
-        return await consent_2025(ctx, params, outcome)
+        except ResourceNotFound:
+            raise not_found(ctx, params.uri) from None
+        except InvalidReadParams as exc:  # a refused URI or consent purpose
+            raise MCPError(INVALID_PARAMS, exc.detail, data={"uri": params.uri}) from None
+        if isinstance(read, types.InputRequiredResult):
+            return read
+        # A read that needed consent is never cached.
+        ttl_ms = 0 if read.consented else results.read_ttl_ms(read.outcome.ttl_ms, endpoint.catalog.settings)
+        return types.ReadResourceResult(
+            contents=to_contents(read.outcome.contents),
+            ttl_ms=ttl_ms,
+            cache_scope=cache_scope(principal_of(ctx)) if ttl_ms else "private",
+        )
 
     return handler
 
@@ -285,14 +317,15 @@ def complete(endpoint: CatalogSource):
                 INVALID_PARAMS, "Only resource template arguments can be completed (no prompts here)"
             )
         context = (params.context.arguments if params.context else None) or {}
+        principal = principal_of(ctx)
+        ref, argument = params.ref, params.argument
         try:
-            result = await complete_argument(
+            result = await on_replica(
                 endpoint.catalog,
-                principal_of(ctx),
-                params.ref.uri,
-                params.argument.name,
-                params.argument.value,
-                context,
+                lambda reader: complete_argument(
+                    reader, principal, ref.uri, argument.name, argument.value, context
+                ),
+                tenant_id=principal.tenant_id,
             )
         except UnknownTemplate:
             raise MCPError(

@@ -76,3 +76,33 @@ def stamped(result: dict[str, Any], server_info: dict[str, Any]) -> dict[str, An
     result["resultType"] = "complete"
     result["_meta"] = {SERVER_INFO_KEY: server_info}
     return result
+
+
+# -- the read-only tools' results (``catalog.mcp.tools``) -----------------------------------------
+
+
+def resource_link(entry: dict[str, Any]) -> dict[str, Any]:
+    """A listing entry (``handlers.resource_fields``: what ``resources/list`` sends for it) as a
+    tool result's ``resource_link`` content item."""
+    return {"type": "resource_link", **entry}
+
+
+def embedded_resource(content: Content) -> dict[str, Any]:
+    """A content item of a read (what ``resources/read`` sends for it) embedded in a tool result."""
+    return {"type": "resource", "resource": content_fields(content)}
+
+
+def text_block(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def tool_result(content: list[dict[str, Any]], structured: dict[str, Any]) -> dict[str, Any]:
+    """A tool's answer: its content items for the model, and the same answer as the structured
+    content its ``outputSchema`` declares."""
+    return {"content": content, "structuredContent": structured, "isError": False}
+
+
+def tool_error(message: str) -> dict[str, Any]:
+    """A tool's refusal the model can read and correct (a result with ``isError``, not a JSON-RPC
+    error: the call itself was well-formed)."""
+    return {"content": [text_block(message)], "isError": True}

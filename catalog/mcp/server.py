@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 
 from catalog.core.catalog import Catalog
 from catalog.core.errors import database_unavailable
-from catalog.mcp import handlers
+from catalog.mcp import handlers, tools
 from catalog.mcp.context import (
     DISCOVER_TTL_MS,
     SERVER_NAME,
@@ -40,6 +40,9 @@ INSTRUCTIONS = (
     "A catalogue of resources. List with resources/list, read with resources/read, expand "
     "resources/templates/list entries (completion/complete suggests argument values)."
 )
+TOOLS_INSTRUCTIONS = (
+    " The read-only tools search_resources, list_resources and read_resource answer the same."
+)
 
 
 class ServerHost(Protocol):
@@ -56,7 +59,7 @@ class CatalogServer(Server[Any]):
     PITFALL: 2025 sessions are opened without init options, so the default ``NotificationOptions()``
     (``listChanged`` false) would apply; overriding ``create_initialization_options`` is the only
     hook. ``get_capabilities`` turns both resource bits off while no event hub can feed them (the
-    SDK sets them whenever listen is served).
+    SDK sets them whenever listen is served), and says the tools' list never changes.
     """
 
     def __init__(self, host: ServerHost, *args: Any, **kwargs: Any) -> None:
@@ -85,6 +88,10 @@ class CatalogServer(Server[Any]):
         )
         if caps.resources is not None and self._host.hub is None:
             caps.resources = types.ResourcesCapability(subscribe=False, list_changed=False)
+        if caps.tools is not None:
+            # The tools never change while a process runs, and a listen drops ``toolsListChanged``
+            # (``catalog.mcp.listen``): the SDK's 2026-07-28 derivation would promise it.
+            caps.tools = types.ToolsCapability(list_changed=False)
         return caps
 
 
@@ -117,20 +124,36 @@ async def database_errors(ctx: Ctx, call_next: CallNext) -> HandlerResult:
 
 
 def build_server(
-    host: ServerHost, *, signing_key: bytes, listen: ListenStreams, sessions: SessionTransport
+    host: ServerHost,
+    *,
+    signing_key: bytes,
+    listen: ListenStreams,
+    sessions: SessionTransport,
+    serve_tools: bool = True,
 ) -> CatalogServer:
-    """The one SDK server both eras are served with."""
+    """The one SDK server both eras are served with. ``serve_tools`` (``CATALOG_MCP_TOOLS``) adds
+    the read-only tools (``catalog.mcp.tools``); without their handlers the SDK advertises no
+    ``tools`` capability and answers ``tools/*`` with ``-32601``."""
+    tool_handlers: dict[str, Any] = {}
+    if serve_tools:
+        tool_handlers = {
+            "on_list_tools": tools.list_tools(host),
+            "on_call_tool": tools.call_tool(host),
+            "get_tool_input_schema": tools.input_schema,
+        }
     server = CatalogServer(
         host,
         SERVER_NAME,
         version=SERVER_VERSION,
         title="Catalog",
-        instructions=INSTRUCTIONS,
+        instructions=INSTRUCTIONS + (TOOLS_INSTRUCTIONS if serve_tools else ""),
         cache_hints={
             "server/discover": CacheHint(ttl_ms=DISCOVER_TTL_MS, scope="public"),
             "resources/list": CacheHint(ttl_ms=0, scope="private"),
             "resources/templates/list": CacheHint(ttl_ms=0, scope="private"),
             "resources/read": CacheHint(ttl_ms=0, scope="private"),
+            # The same tools for every caller, as static as server/discover (CACHE-1).
+            "tools/list": CacheHint(ttl_ms=DISCOVER_TTL_MS, scope="public"),
         },
         on_list_resources=handlers.list_resources(host),
         on_list_resource_templates=handlers.list_templates(host),
@@ -139,6 +162,7 @@ def build_server(
         on_subscribe_resource=sessions.on_subscribe,
         on_unsubscribe_resource=sessions.on_unsubscribe,
         on_subscriptions_listen=listen,
+        **tool_handlers,
     )
     server.middleware.insert(0, database_errors)
     observability.install(server, sdk_tracing_middleware_index(server.middleware))

@@ -35,11 +35,18 @@ def error_message(code: int, message: str, *, id: Any = None, data: Any = None) 
 
 
 def error_response(
-    status: int, code: int, message: str, *, data: Any = None, headers: Mapping[str, str] | None = None
+    status: int,
+    code: int,
+    message: str,
+    *,
+    id: Any = None,
+    data: Any = None,
+    headers: Mapping[str, str] | None = None,
 ) -> Response:
-    """An HTTP error carrying a JSON-RPC error body (``id: null``), for refusals before dispatch."""
+    """An HTTP error carrying a JSON-RPC error body, for refusals before dispatch (``id`` null
+    unless the request's id was read)."""
     return Response(
-        dumps(error_message(code, message, data=data)),
+        dumps(error_message(code, message, id=id, data=data)),
         status_code=status,
         media_type="application/json",
         headers=dict(headers or {}),

@@ -95,6 +95,17 @@ EVENT_DELIVERY_DELAY = Histogram(
     "From the NOTIFY (sent at commit) reaching this process to its consumer taking the batch",
     buckets=LATENCY_BUCKETS,
 )
+READ_REPLICA_READS = Counter(
+    "catalog_read_replica_reads",
+    "MCP reads with read replicas configured (CATALOG_READ_DATABASE_URL), by where they ran: replica or primary",
+    ["target"],
+)
+READ_REPLICA_SKIPS = Counter(
+    "catalog_read_replica_skips",
+    "Read replicas passed over for a read, by reason: down (refused or failed), lagging (beyond"
+    " CATALOG_READ_MAX_LAG_MS) or behind (not yet past the position a notification told of)",
+    ["reason"],
+)
 LISTENER_RECONNECTS = Counter("catalog_listener_reconnects", "Reconnections of the LISTEN connection")
 FEED_GAPS = Counter(
     "catalog_change_feed_gaps",

@@ -11,7 +11,6 @@ from catalog.core.resources import repository as rows
 from catalog.core.resources.paging import DEFAULT_PAGE
 from catalog.core.resources.record import ResourceRecord
 from catalog.core.resources.repository import NO_FILTER, ListingFilter
-from catalog.core.tenants import Tenant
 from catalog.core.uris import uri_prefix_upper_bound
 from catalog.core.visibility import load_visibility
 from catalog.db.engine import TenantScope, transaction
@@ -49,12 +48,13 @@ TREE_FIRST_BATCH = 16
 async def tree_page(
     catalog: Catalog,
     principal: Principal,
-    tenant: Tenant,
+    tenant_id: int,
     *,
     prefix: str,
     cursor: str | None,
     limit: int = DEFAULT_PAGE,
     filters: ListingFilter = NO_FILTER,
+    listing: str = "admin.tree",
 ) -> tuple[list[TreeEntry], str | None]:
     """One keyset page of the folder at ``prefix``: its sub-folders and its resources, in URI order.
 
@@ -62,14 +62,15 @@ async def tree_page(
     jumps past everything under it (to the folder's upper bound) with a one-row probe, so a page
     costs at most one index probe per folder shown, however many resources the folders hold, and
     a few batched reads for the resources shown. The same visibility rule and filters
-    as the flat listing apply; a folder appears only if something visible is under it.
+    as the flat listing apply; a folder appears only if something visible is under it. ``listing``
+    names the surface, so a cursor of one surface's tree is refused by another's.
     """
-    listing = f"admin.tree:{prefix}"
+    listing = f"{listing}:{prefix}"
     filters = ListingFilter(uri_prefix=prefix or None, tag=filters.tag, mime_type=filters.mime_type)
     key = f"{listing}:{filters.key}"
     after, inclusive = None, False
-    async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
-        visibility = await load_visibility(conn, principal, tenant.id)
+    async with transaction(catalog.engine, TenantScope.tenant(tenant_id)) as conn:
+        visibility = await load_visibility(conn, principal, tenant_id)
         if cursor:
             position = decode_cursor(
                 catalog.signing_key, cursor, listing=key, fingerprint=visibility.fingerprint

@@ -119,6 +119,16 @@ Uri = Annotated[str, StringConstraints(min_length=1, max_length=8192), AfterVali
 UriPrefix = Annotated[str, StringConstraints(min_length=1, max_length=8192), AfterValidator(_check_prefix)]
 MimeType = Annotated[str, StringConstraints(max_length=255), AfterValidator(_check_mime)]
 
+# A listing's filters as callers write them (the admin API's ``?q=`` and ``?mimeType=``, the MCP
+# search tool's arguments): one rule for both.
+MAX_SEARCH_LENGTH = 256
+SEARCH_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+MEDIA_TYPE_FILTER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*/(\*|[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*)$"
+SearchText = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_SEARCH_LENGTH, pattern=SEARCH_PATTERN)
+]
+MediaTypeFilter = Annotated[str, StringConstraints(max_length=255, pattern=MEDIA_TYPE_FILTER_PATTERN)]
+
 
 def _utc_representable(value: datetime | None) -> datetime | None:
     """A time must name its zone and exist in UTC within years 1..9999: PostgreSQL's driver sends

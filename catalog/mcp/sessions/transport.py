@@ -93,11 +93,14 @@ class SessionTransport:
                 405, INVALID_REQUEST, "Method Not Allowed", headers={"Allow": "GET, POST, DELETE"}
             )(scope, receive, send)
 
-    async def _resume(self, scope: Scope, receive: Receive, send: Send) -> SessionRecord | None:
-        """The request's session, or None once the client has been told why there is none."""
+    async def _resume(
+        self, scope: Scope, receive: Receive, send: Send, request_id: Any = None
+    ) -> SessionRecord | None:
+        """The request's session, or None once the client has been told why there is none (the
+        refusal repeats ``request_id``, the id of a request POSTed, ERR-3)."""
         session_id = Headers(scope=scope).get(SESSION_ID_HEADER)
         if not session_id:
-            await error_response(400, INVALID_REQUEST, "Bad Request: Missing session ID")(
+            await error_response(400, INVALID_REQUEST, "Bad Request: Missing session ID", id=request_id)(
                 scope, receive, send
             )
             return None
@@ -105,7 +108,9 @@ class SessionTransport:
         record = await store.resume_session(self.host.catalog, principal, session_id, self.idle_seconds)
         if record is None:
             # Unknown, ended, expired, or opened with another credential: all the same to the client.
-            await error_response(404, INVALID_REQUEST, "Session not found")(scope, receive, send)
+            await error_response(404, INVALID_REQUEST, "Session not found", id=request_id)(
+                scope, receive, send
+            )
             return None
         scope["state"][SESSION_STATE_KEY] = record
         return record
@@ -136,7 +141,8 @@ class SessionTransport:
         if isinstance(message, types.JSONRPCRequest) and message.method == "initialize":
             await self._initialize(message, request, scope, receive, send)
             return
-        record = await self._resume(scope, receive, send)
+        request_id = message.id if isinstance(message, types.JSONRPCRequest) else None
+        record = await self._resume(scope, receive, send, request_id)
         if record is None:
             return
         if isinstance(message, types.JSONRPCRequest):
