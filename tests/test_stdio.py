@@ -126,6 +126,18 @@ async def test_lists_reads_templates_and_completes_on_stdio_res_1_comp_2(stdio: 
     assert completion.completion.values == ["app.py", "main.py"]
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_the_tools_build_server_gives_are_served_on_stdio_too(stdio: Stdio, mode: str) -> None:
+    async with stdio.client(mode, token="src") as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        read = await client.call_tool("read_resource", {"uri": "file:///project/src/main.py"})
+        hidden = await client.call_tool("read_resource", {"uri": HIDDEN})
+    assert {"search_resources", "list_resources", "read_resource"} <= names
+    assert not read.is_error and read.structured_content is not None
+    assert read.structured_content["uri"] == "file:///project/src/main.py"
+    assert hidden.is_error  # the token's grants, as for resources/read
+
+
 async def test_results_carry_the_http_paths_cache_hints_cache_1(stdio: Stdio) -> None:
     async with stdio.client(MODERN) as client:
         page = await client.list_resources()
