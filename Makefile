@@ -20,8 +20,8 @@ lint:  ## what CI lints: ruff, ruff's formatting, the layer contracts
 	$(BIN)ruff format --check .
 	$(BIN)lint-imports
 
-typecheck:  ## pyright over the package
-	$(BIN)pyright catalog
+typecheck:  ## pyright over the package, imports resolved against $(PYTHON)'s packages
+	PYTHON=$(PYTHON) bash scripts/typecheck.sh
 
 bench-quick:  ## every benchmark, small (a few minutes on 2 cores); needs .[bench]
 	$(PYTHON) -m bench --quick

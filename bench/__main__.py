@@ -34,6 +34,7 @@ PLANS = {
         "fanout": [],
         "streams": ["--sizes", "1,100,1000,10000", "--updates", "50"],
         "keepalive": ["--requests", "200"],
+        "replica": ["--seconds", "5", "--rounds", "3"],
     },
     "quick": {
         "scale": ["--resources", "100000", "--runs", "8"],
@@ -43,9 +44,10 @@ PLANS = {
         "fanout": ["--updates", "50"],
         "streams": ["--sizes", "1,100", "--updates", "20"],
         "keepalive": ["--requests", "40"],
+        "replica": ["--seconds", "2", "--rounds", "2"],
     },
 }
-ORDER = ["scale", "read", "import", "start", "fanout", "streams", "keepalive"]
+ORDER = ["scale", "read", "import", "start", "fanout", "streams", "keepalive", "replica"]
 
 
 def main() -> int:

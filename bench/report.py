@@ -516,6 +516,7 @@ def generated(results: dict[str, Any]) -> str:
                 rows,
             )
         )
+    parts += _replica_part(results.get("replica"))
     stale = results.get("_stale") or []
     if stale:
         parts += [
@@ -526,6 +527,62 @@ def generated(results: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def _replica_part(replica: dict[str, Any] | None) -> list[str]:
+    """One table per section of replica.json (the primary's synchronous_commit on, off)."""
+    parts: list[str] = []
+    for section in ("synchronous_commit_on", "synchronous_commit_off"):
+        result = (replica or {}).get(section)
+        if not result:
+            continue
+        parts += [
+            "",
+            f"### One read replica (`resources/read` through `catalog serve`, {result['rounds']} rounds of"
+            f" {result['seconds_per_case']:g}s per case; primary `synchronous_commit = {result['synchronous_commit']}`)",
+            "",
+            f"replica: `CATALOG_READ_DATABASE_URL` on a hot standby; primary: the same server without it."
+            f" load: {result['concurrency']} clients; serial: 1 client; +writes: {result['writes_per_second']:g}"
+            " updates a second to another resource of the tenant (each a change notification).",
+            "",
+        ]
+        rows = []
+        shapes = result["shapes"]
+        for shape in sorted(shapes, key=lambda name: (name.endswith("writes"), name.startswith("serial"))):
+            data = shapes[shape]
+            replica_case, primary_case = data["cases"]["replica"], data["cases"]["primary"]
+            rows.append(
+                [
+                    shape,
+                    f"{replica_case['rps_median']:.0f}",
+                    f"{primary_case['rps_median']:.0f}",
+                    _x(data["rps_ratio"]),
+                    f"{replica_case['latency_median_ms']:.2f}",
+                    f"{primary_case['latency_median_ms']:.2f}",
+                    f"{data['latency_extra_ms']:+.2f}",
+                    _x(data["cpu_ratio"]),
+                    f"{replica_case['replica_share']:.0%}",
+                    f"{replica_case['skips'].get('behind', 0):.0f}",
+                ]
+            )
+        parts.append(
+            _table(
+                [
+                    "shape",
+                    "replica req/s",
+                    "primary req/s",
+                    "replica / primary",
+                    "replica median ms",
+                    "primary median ms",
+                    "extra ms",
+                    "server CPU/req ratio",
+                    "reads on the standby",
+                    "skips: behind",
+                ],
+                rows,
+            )
+        )
+    return parts
+
+
 # A key each result has had since the benchmarks drove ``catalog serve`` against the floors; a file
 # without it is from before and is left out of the tables rather than shown against old baselines.
 CURRENT = {
@@ -533,7 +590,7 @@ CURRENT = {
     "read": ("catalog_vs_floor_ratio",),
     "import": ("import_vs_plain_copy_speed_ratio",),
 }
-NAMES = ("scale", "read", "start", "import", "fanout", "keepalive")
+NAMES = ("scale", "read", "start", "import", "fanout", "keepalive", "replica")
 
 
 def _current(name: str, result: dict[str, Any] | None) -> bool:

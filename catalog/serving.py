@@ -48,6 +48,7 @@ import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 import uvicorn
@@ -354,10 +355,10 @@ class Supervisor:
         self.sock = sock
         self.workers = workers
         self._context = multiprocessing.get_context("spawn")
-        self._processes: list[multiprocessing.process.BaseProcess] = []
+        self._processes: list[BaseProcess] = []
         self._stop = threading.Event()
 
-    def _start_worker(self) -> multiprocessing.process.BaseProcess:
+    def _start_worker(self) -> BaseProcess:
         process = self._context.Process(
             target=_worker_main, args=(self.config, self.sock), name="catalog-worker"
         )

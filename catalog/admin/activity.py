@@ -19,6 +19,7 @@ from catalog.core.catalog import Catalog
 from catalog.core.errors import FieldError, InvalidInput
 from catalog.core.schemas.audit import AuditEntryOut, ChangesPage
 from catalog.core.schemas.base import Page
+from catalog.events.credentials import EndReason
 
 router = APIRouter(prefix="/tenants/{slug}", tags=["activity"])
 
@@ -146,7 +147,7 @@ async def stream_changes(
     async def events() -> AsyncIterator[str]:
         # The stream holds its credential: revoked or expired, it ends (as MCP listen streams do).
         with credentials.hold(principal) if credentials is not None else contextlib.nullcontext() as hold:
-            ended: asyncio.Future[object] = (
+            ended: asyncio.Future[EndReason] = (
                 asyncio.ensure_future(hold.ended()) if hold is not None else asyncio.Future()
             )
             try:

@@ -63,7 +63,7 @@ def pointer_for(location: tuple[int | str, ...] | list[int | str]) -> str:
     if parts and parts[0] in ("body", "query", "path", "header"):
         kind = parts.pop(0)
         if kind != "body":
-            return "#/" + kind + "/" + "/".join(str(p) for p in parts)
+            return f"#/{kind}/" + "/".join(str(p) for p in parts)
     return "/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in parts) if parts else ""
 
 

@@ -63,7 +63,7 @@ MimeFilter = Annotated[
     ),
 ]
 VersionNumber = Annotated[int, Path(ge=1, le=2**31 - 1, description="the version number")]
-_RESPONSES = {
+_RESPONSES: dict[int | str, dict[str, Any]] = {
     404: {"description": "no such tenant or resource"},
     412: {"description": "If-Match is stale; nothing was changed"},
     422: {"description": "invalid input (problem JSON with field pointers)"},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Response, status
 
 from catalog.admin.deps import AdminTenantDep, CatalogDep, Cursor, ItemId, LimitDep, PrincipalDep
@@ -17,7 +19,10 @@ from catalog.core.schemas.templates import (
 
 router = APIRouter(prefix="/tenants/{slug}/templates", tags=["templates"])
 
-_RESPONSES = {404: {"description": "no such tenant or template"}, 422: {"description": "invalid input"}}
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    404: {"description": "no such tenant or template"},
+    422: {"description": "invalid input"},
+}
 
 
 @router.post(

@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, cast
 
 from catalog.cli.common import Commands, command, err
 
@@ -49,19 +49,25 @@ def add_commands(commands: Commands) -> None:
     restore.set_defaults(run=command(_restore))
 
 
+def _binary(stream: gzip.GzipFile) -> IO[bytes]:
+    """A gzip stream as the binary file it is: typeshed declares ``GzipFile`` an ``io.BufferedIOBase``,
+    which does not derive from ``typing.IO``, though it has every method of a binary file."""
+    return cast(IO[bytes], stream)
+
+
 @contextlib.contextmanager
 def _output(file: str) -> Iterator[IO[bytes]]:
     """FILE's gzip stream, renamed into place only when the backup completed."""
     if file == "-":
         with gzip.GzipFile(fileobj=sys.stdout.buffer, mode="wb", filename="", mtime=0) as out:
-            yield out
+            yield _binary(out)
         sys.stdout.buffer.flush()
         return
     target = Path(file)
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
         with open(partial, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", filename="", mtime=0) as out:
-            yield out
+            yield _binary(out)
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)
@@ -113,7 +119,7 @@ def _input(file: str) -> Iterator[tuple[IO[bytes], IO[bytes], int | None]]:
     try:
         if compressed:
             with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
-                yield stream, raw, size
+                yield _binary(stream), raw, size
         else:
             yield raw, raw, size
     finally:

@@ -17,7 +17,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy import func, select
 
@@ -122,7 +122,7 @@ class _Follower:
             self.waiter.set_result(None)
 
     async def next(
-        self, ended: asyncio.Future[object], idle: float
+        self, ended: asyncio.Future[Any], idle: float
     ) -> list[ChangeOut] | Literal["idle", "behind"] | None:
         """The next batch; IDLE after ``idle`` seconds without one; BEHIND if dropped from the
         batches; None once the reader or ``ended`` ended it."""
@@ -225,11 +225,12 @@ class ChangeFanout:
         return reader
 
     async def follow(
-        self, tenant: Tenant, *, after: int, ended: asyncio.Future[object], idle: float
+        self, tenant: Tenant, *, after: int, ended: asyncio.Future[Any], idle: float
     ) -> AsyncIterator[ChangeOut | None]:
         """The tenant's changes after ``after``, oldest first, then each new one as the shared
         reader reads it; None after ``idle`` seconds without one (the caller keeps its connection
-        alive). Ends when ``ended`` is done or the reader stops (shutdown, database failure)."""
+        alive). Ends when ``ended`` is done (whatever its result) or the reader stops (shutdown,
+        database failure)."""
         while True:
             follower = _Follower()
             reader = self._attach(tenant, after, follower)
@@ -250,9 +251,9 @@ class ChangeFanout:
                     batch = await follower.next(ended, idle)
                     if batch is None:
                         return
-                    if batch is BEHIND:
+                    if batch == BEHIND:
                         break
-                    if batch is IDLE:
+                    if batch == IDLE:
                         yield None
                         continue
                     for change in batch:

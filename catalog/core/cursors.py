@@ -36,7 +36,13 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """The bytes ``text`` spells, only if :func:`_b64` spells them so: a cursor has one spelling, so
+    a changed character (unused low bits of the last one, padding, characters outside the
+    alphabet that the decoder skips) never passes as the same cursor."""
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(data) != text:
+        raise ValueError("not the canonical spelling")
+    return data
 
 
 def _mac(key: bytes, body: bytes) -> bytes:

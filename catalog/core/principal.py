@@ -14,7 +14,7 @@ class Principal:
     kind: PrincipalKind
     tenant_id: int | None = None
     tenant_slug: str | None = None
-    scopes: frozenset[str] = field(default_factory=frozenset)
+    scopes: frozenset[str] = field(default_factory=frozenset[str])
     # Admin of ``tenant_id`` (a tenant token with the admin flag). The platform admin is admin of all.
     is_admin: bool = False
     token_id: int | None = None

@@ -23,6 +23,7 @@ import hashlib
 import json
 import secrets
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from sqlalchemy import delete, func, insert, select, text, update
@@ -231,15 +232,16 @@ async def open_session(
             )
         ).one()
         # Refused after the transaction, not raised in it (an error inside discards the connection).
+        limits: tuple[tuple[SessionLimit, int, int, datetime | None], ...] = (
+            ("caller", settings.max_sessions_per_caller, held.caller, held.caller_oldest),
+            ("tenant", settings.max_sessions_per_tenant, held.tenant, held.tenant_oldest),
+        )
         refused = next(
             (
                 TooManySessions(
                     limit, allowed, settings.session_idle_seconds - (held.now - oldest).total_seconds()
                 )
-                for limit, allowed, count, oldest in (
-                    ("caller", settings.max_sessions_per_caller, held.caller, held.caller_oldest),
-                    ("tenant", settings.max_sessions_per_tenant, held.tenant, held.tenant_oldest),
-                )
+                for limit, allowed, count, oldest in limits
                 if count >= allowed
             ),
             None,

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
+    FromClause,
     Integer,
     Table,
     Text,
@@ -107,8 +108,8 @@ class Visibility:
             parts.append(tags_column.overlap(_text_array(self.tags)))
         return or_(*parts)
 
-    def resources_clause(self, table: Table) -> ColumnElement[bool]:
-        """Predicate over ``resources`` (tenant filter included)."""
+    def resources_clause(self, table: FromClause) -> ColumnElement[bool]:
+        """Predicate over ``resources`` or an alias of it (tenant filter included)."""
         return and_(table.c.tenant_id == self.tenant_id, self._clause(table.c.uri, table.c.tags))
 
     def templates_clause(self, table: Table) -> ColumnElement[bool]:
@@ -177,7 +178,7 @@ class Visibility:
         return bool(self.tags.intersection(tags))
 
 
-def _text_array(values: frozenset[str]) -> ColumnElement[list[str]]:
+def _text_array(values: frozenset[str]) -> ColumnElement[Sequence[str]]:
     """``values`` as one array parameter, not an IN list: a statement's text is then the same for
     any number of grants, so it is compiled once and runs on a bare driver too (``db.statements``)."""
     return bindparam(None, sorted(values), type_=ARRAY(Text))

@@ -10,6 +10,7 @@ from typing import Any
 
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
 from catalog.db.engine import (
@@ -21,6 +22,14 @@ from catalog.db.engine import (
     _session_settings,
     _set_local,
 )
+
+
+def _driver_of(raw: PoolProxiedConnection) -> asyncpg.Connection:
+    """The asyncpg connection under a pooled one (only a closed or invalidated one has none)."""
+    driver = raw.driver_connection
+    if driver is None:
+        raise RuntimeError("a pooled connection without its driver connection")
+    return driver
 
 
 class _DriverStatements:
@@ -68,7 +77,7 @@ class _DriverStatements:
             if raw is not None and raw.is_valid:
                 held.busy = True  # the request's bare connection (``request_connection``)
                 self._held = held
-                return raw.driver_connection
+                return _driver_of(raw)
         self._held = None
         self._pooled = _pooled_connection(self._engine)
         self._conn = conn = await self._pooled.__aenter__()
@@ -84,7 +93,7 @@ class _DriverStatements:
             finally:
                 await self._pooled.__aexit__(type(exc), exc, exc.__traceback__)
             raise
-        return raw.driver_connection
+        return _driver_of(raw)
 
     async def _release(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any

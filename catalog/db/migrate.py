@@ -11,9 +11,8 @@ from __future__ import annotations
 import ast
 import asyncio
 import importlib.resources
-import io
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from sqlalchemy import text
 from sqlalchemy.engine import URL, make_url
@@ -31,7 +30,7 @@ def scripts_location() -> Path:
     return Path(str(importlib.resources.files("catalog.migrations")))
 
 
-def alembic_config(url: str | URL, *, stdout: io.TextIOBase | None = None) -> Config:
+def alembic_config(url: str | URL, *, stdout: TextIO | None = None) -> Config:
     from alembic.config import Config
 
     config = Config(stdout=stdout) if stdout is not None else Config()

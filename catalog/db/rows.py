@@ -118,7 +118,7 @@ def from_rows(cls: type[R], rows: Sequence[Any], columns: tuple[str, ...] | None
         return [from_row(cls, row) for row in rows]
     if columns is None:
         first = rows[0]
-        columns = first._fields if hasattr(first, "_fields") else tuple(first.keys())
+        columns = tuple(first._fields) if hasattr(first, "_fields") else tuple(first.keys())
     layout = _layout(cls, columns)
     if not (layout.exact and layout.direct and not layout.defaults):
         if isinstance(rows[0], tuple) and not hasattr(rows[0], "_fields"):

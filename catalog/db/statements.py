@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.sql import ClauseElement
@@ -53,4 +53,7 @@ def driver_statement(statement: ClauseElement) -> DriverStatement:
         raise ValueError("a statement with an expanding IN list has no text of its own")
     names = tuple(compiled.positiontup or ())
     processors = compiled._bind_processors  # SQLAlchemy's own per-parameter conversions
-    return DriverStatement(compiled.string, compiled, names, tuple(processors.get(name) for name in names))
+    # A processor is one callable per parameter; SQLAlchemy types it as possibly a sequence of them,
+    # which only a tuple-valued bind (``tuple_(...).in_(...)``) has, and none of these statements.
+    converters = cast(tuple[Callable[[Any], Any] | None, ...], tuple(processors.get(name) for name in names))
+    return DriverStatement(compiled.string, compiled, names, converters)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
 import anyio
@@ -41,7 +41,7 @@ logger = logging.getLogger("catalog.events")
 
 
 @contextlib.asynccontextmanager
-async def events_lifespan(catalog: Catalog, stopping: anyio.Event) -> AsyncIterator[ChangeListener]:
+async def events_lifespan(catalog: Catalog, stopping: anyio.Event) -> AsyncGenerator[ChangeListener, None]:
     hub = EventHub()
     listener = ChangeListener(listener_dsn(catalog.settings.listen_url()), hub)
     catalog.event_hub = hub

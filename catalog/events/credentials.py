@@ -16,7 +16,7 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
@@ -92,7 +92,7 @@ class CredentialWatch:
         self._tasks: set[asyncio.Task[None]] = set()
 
     @contextlib.contextmanager
-    def hold(self, principal: Principal) -> Iterator[CredentialHold]:
+    def hold(self, principal: Principal) -> Generator[CredentialHold, None, None]:
         """Hold ``principal``'s credential for the duration of a stream."""
         hold = CredentialHold(principal.token_id, principal.expires_at)
         if principal.token_id is not None:

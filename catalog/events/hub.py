@@ -23,6 +23,9 @@ up; it is closed (``close_reason == "slow_consumer"``) and its iteration ends.
 Not thread-safe: ``publish`` and everything else run on the event loop's thread.
 """
 
+# Subscription and EventHub are one unit: each calls the other's underscored parts.
+# pyright: reportPrivateUsage=false
+
 from __future__ import annotations
 
 import asyncio
@@ -121,7 +124,7 @@ class Subscription:
             hub = self._hub
             if (
                 self._gap is None
-                and type(pending) is dict
+                and isinstance(pending, dict)
                 and len(pending) >= hub.burst_threshold
                 and hub.linger
             ):
@@ -152,7 +155,7 @@ class Subscription:
             batch = [self._gap]
         elif self._pending is None:
             return []
-        elif type(self._pending) is dict:
+        elif isinstance(self._pending, dict):
             batch = list(self._pending.values())
         else:
             batch = [self._pending]
@@ -169,7 +172,7 @@ class Subscription:
         self.close_reason = reason
         if reason is CloseReason.SLOW_CONSUMER:
             pending = self._pending
-            lost = 0 if pending is None else len(pending) if type(pending) is dict else 1
+            lost = 0 if pending is None else len(pending) if isinstance(pending, dict) else 1
             metrics.EVENTS_DROPPED.labels("slow_consumer").inc(lost + (self._gap is not None))
             logger.warning(
                 "event hub: a consumer of tenant %s held events longer than %ss; its stream ends",
@@ -220,7 +223,7 @@ class Subscription:
             self._wake()
             return
         key = (event.kind, event.uri, _OP_CLASS.get(event.op, event.op))
-        if type(pending) is not dict:
+        if isinstance(pending, ChangeEvent):
             first = (pending.kind, pending.uri, _OP_CLASS.get(pending.op, pending.op))
             if first == key:
                 self._pending = pending.after(event)  # the later event wins

@@ -268,7 +268,9 @@ class ChangeListener:
     async def _connect(self, lost: asyncio.Future[None]) -> int | None:
         conn = await asyncpg.connect(
             self._dsn,
-            timeout=self.connect_timeout,
+            # asyncpg leaves `timeout` unannotated (pyright infers int from its default, 60); it
+            # takes seconds as a float (asyncio.wait_for).
+            timeout=self.connect_timeout,  # pyright: ignore[reportArgumentType]
             command_timeout=self.keepalive_timeout + self.connect_timeout,
             server_settings={"application_name": self.application_name},
         )

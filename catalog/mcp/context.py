@@ -3,7 +3,7 @@ shapes each era expects. Imported by every other module of the package; imports 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
@@ -35,6 +35,9 @@ SHADOW_STATE_KEY = "catalog_shadow"
 
 Ctx = ServerRequestContext[Any, Any]
 
+# A cacheable result's ``cacheScope`` (the SDK's field type).
+CacheScope = Literal["public", "private"]
+
 
 def is_2026(ctx: Ctx) -> bool:
     """Whether this request is of the 2026-07-28 era (its envelope's version), not of a 2025-11-25
@@ -57,7 +60,14 @@ def principal_of(ctx: Ctx) -> Principal:
     return principal
 
 
-def cache_scope(principal: Principal) -> str:
+def tenant_of(principal: Principal) -> int:
+    """The tenant an MCP principal acts in: the edge admits only credentials bound to one (403)."""
+    if principal.tenant_id is None:
+        raise MCPError(types.INTERNAL_ERROR, "This credential is not bound to a tenant")
+    return principal.tenant_id
+
+
+def cache_scope(principal: Principal) -> CacheScope:
     """Always ``private`` (CACHE-6): ``public`` would say every caller of this URL gets this answer,
     and one ``/mcp`` serves every tenant, each token its own grants; even an anonymous answer (the
     public tenant's) differs from what another tenant's token is told at the same URL."""

@@ -31,6 +31,7 @@ from starlette.routing import Route
 from catalog.auth.challenges import ADMIN_RESOURCE, MCP_RESOURCE, PRM_PATH, protected_resource_metadata
 from catalog.auth.quotas import StreamLimits, StreamQuotas
 from catalog.core.catalog import Catalog
+from catalog.events.hub import EventHub
 from catalog.mcp.asgi import McpEdge
 from catalog.mcp.context import MCP_PATH
 from catalog.mcp.fast_listen import FastListens
@@ -86,8 +87,8 @@ class McpEndpoint:
         return self._catalog
 
     @property
-    def hub(self) -> Any:
-        """The catalog's event hub (``catalog.events.hub.EventHub``), once the events module runs."""
+    def hub(self) -> EventHub | None:
+        """The catalog's event hub, once the events module runs."""
         return self._catalog.event_hub if self._catalog is not None else None
 
     @property

@@ -33,7 +33,7 @@ import functools
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import mcp_types as types
 import orjson
@@ -169,7 +169,7 @@ def fast_request(scope: Scope, body: bytes) -> FastRequest | None:
     return _completion_request(request_id, params)
 
 
-def _strings(value: Any, keys: frozenset[str] | None = None) -> bool:
+def _strings(value: object, keys: frozenset[str] | None = None) -> TypeGuard[dict[str, str]]:
     """A JSON object of strings (with exactly ``keys``, if given)."""
     return (
         isinstance(value, dict)

@@ -43,7 +43,8 @@ from starlette.types import Receive, Scope, Send
 from catalog.core.principal import Principal
 from catalog.core.watching import Delivery, Watch, open_watch
 from catalog.events.credentials import CredentialHold
-from catalog.mcp.context import CREDENTIAL_ENDED
+from catalog.events.hub import Subscription
+from catalog.mcp.context import CREDENTIAL_ENDED, tenant_of
 from catalog.mcp.fast import LISTEN
 from catalog.mcp.listen import (
     ListenHost,
@@ -130,9 +131,9 @@ class FastStream(SseStream):
 class ListenGroup:
     """The streams one principal opened with the same terms: one subscription, one watch."""
 
-    def __init__(self, key: GroupKey, subscription: Any) -> None:
+    def __init__(self, key: GroupKey, subscription: Subscription) -> None:
         self.key = key
-        self.subscription = subscription  # catalog.events.hub.Subscription, registered already
+        self.subscription = subscription  # registered already
         self.streams: dict[FastStream, None] = {}
         self.ready: asyncio.Future[Watch] = asyncio.get_running_loop().create_future()
         self.task: asyncio.Task[None] | None = None
@@ -190,7 +191,10 @@ class FastListens:
     def _join(self, key: GroupKey, uris: dict[str, str], stream: FastStream) -> ListenGroup:
         group = self._groups.get(key)
         if group is None:
-            group = self._groups[key] = ListenGroup(key, self._host.hub.subscribe(key[0].tenant_id))
+            hub = self._host.hub
+            if hub is None:  # the edge asked ``fast_listens_open`` first
+                raise RuntimeError("a fast listen without an event hub")
+            group = self._groups[key] = ListenGroup(key, hub.subscribe(tenant_of(key[0])))
             group.task = asyncio.get_running_loop().create_task(group.run(self._host, uris, self._forget))
         group.streams[stream] = None
         self._streams += 1

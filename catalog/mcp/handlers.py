@@ -7,9 +7,10 @@ codes, the consent flow, cache hints) is decided with ``catalog.mcp.context``.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
@@ -42,6 +43,13 @@ class CatalogSource(Protocol):
     def catalog(self) -> Catalog: ...
 
 
+_Params = TypeVar("_Params")
+_Result = TypeVar("_Result")
+
+# An SDK request handler (``Server(on_...=)``) taking ``_Params`` and answering ``_Result``.
+Handler = Callable[[Ctx, _Params], Awaitable[_Result]]
+
+
 CONSENT_KEY = "consent"
 CONSENT_STATE = "consent"
 CONSENT_SCHEMA: dict[str, Any] = {
@@ -56,7 +64,7 @@ CONSENT_SCHEMA: dict[str, Any] = {
     },
     "required": ["accept", "purpose"],
 }
-CONSENT_CAPABILITIES = {"elicitation": {"form": {}}}
+CONSENT_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}}}
 
 
 # -- converters -----------------------------------------------------------------------------------
@@ -139,7 +147,9 @@ def to_contents(items: list[Content]) -> list[types.TextResourceContents | types
 # -- handlers -------------------------------------------------------------------------------------
 
 
-def list_resources(endpoint: CatalogSource):
+def list_resources(
+    endpoint: CatalogSource,
+) -> Handler[types.PaginatedRequestParams | None, types.ListResourcesResult]:
     async def handler(ctx: Ctx, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         principal = principal_of(ctx)
         try:
@@ -160,7 +170,9 @@ def list_resources(endpoint: CatalogSource):
     return handler
 
 
-def list_templates(endpoint: CatalogSource):
+def list_templates(
+    endpoint: CatalogSource,
+) -> Handler[types.PaginatedRequestParams | None, types.ListResourceTemplatesResult]:
     async def handler(
         ctx: Ctx, params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
@@ -281,7 +293,9 @@ async def read_with_consent(
     return Consented(read, consented=True)
 
 
-def read_resource(endpoint: CatalogSource):
+def read_resource(
+    endpoint: CatalogSource,
+) -> Handler[types.ReadResourceRequestParams, types.ReadResourceResult | types.InputRequiredResult]:
     async def handler(
         ctx: Ctx, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult | types.InputRequiredResult:
@@ -310,7 +324,7 @@ def read_resource(endpoint: CatalogSource):
     return handler
 
 
-def complete(endpoint: CatalogSource):
+def complete(endpoint: CatalogSource) -> Handler[types.CompleteRequestParams, types.CompleteResult]:
     async def handler(ctx: Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
         if not isinstance(params.ref, types.ResourceTemplateReference):
             raise MCPError(

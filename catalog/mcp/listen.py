@@ -25,7 +25,8 @@ from starlette.types import Message
 
 from catalog.core.catalog import Catalog
 from catalog.core.watching import Delivery, SubscriptionsRefused, Watch, open_watch, subscription_uris
-from catalog.mcp.context import CREDENTIAL_ENDED, Ctx, principal_of
+from catalog.events.hub import EventHub
+from catalog.mcp.context import CREDENTIAL_ENDED, Ctx, principal_of, tenant_of
 from catalog.mcp.sdk_private import has_listen_sink, listen_sink
 from catalog.mcp.streams import Ending, SseStream
 from catalog.mcp.wire import sse_frame
@@ -36,7 +37,7 @@ class ListenHost(Protocol):
     def catalog(self) -> Catalog: ...
 
     @property
-    def hub(self) -> Any: ...  # catalog.events.hub.EventHub | None
+    def hub(self) -> EventHub | None: ...
 
     @property
     def server_info(self) -> dict[str, Any]: ...
@@ -155,7 +156,7 @@ class ListenStreams:
                 with scope:
                     if self.closed:
                         scope.cancel()
-                    subscription = hub.subscribe(principal.tenant_id) if hub is not None else None
+                    subscription = hub.subscribe(tenant_of(principal)) if hub is not None else None
                     async with contextlib.AsyncExitStack() as stack:
                         if subscription is not None:
                             await stack.enter_async_context(subscription)  # before the ack: nothing lost

@@ -31,7 +31,9 @@ PRIVATE_NAMES = (
 def listen_sink(ctx: ServerRequestContext[Any, Any]) -> MemoryObjectSendStream[bytes]:
     """The byte stream a 2026-07-28 listen's SSE response is written from."""
     outbound = ctx.session._request_outbound  # pyright: ignore[reportPrivateUsage]
-    sink = outbound.sink
+    # ``sink`` is an attribute of the private subclass (``_SingleExchangeDispatchContext``), not of
+    # the ``DispatchContext`` the session declares; what it is, is checked below.
+    sink = outbound.sink  # pyright: ignore[reportAttributeAccessIssue]
     if not isinstance(sink, MemoryObjectSendStream):
         raise RuntimeError(f"the SDK gave this listen no SSE sink ({type(outbound).__name__})")
     return sink

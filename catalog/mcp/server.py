@@ -17,6 +17,7 @@ from mcp.shared.exceptions import MCPError
 
 from catalog.core.catalog import Catalog
 from catalog.core.errors import database_unavailable
+from catalog.events.hub import EventHub
 from catalog.mcp import handlers, tools
 from catalog.mcp.context import (
     DISCOVER_TTL_MS,
@@ -50,7 +51,7 @@ class ServerHost(Protocol):
     def catalog(self) -> Catalog: ...
 
     @property
-    def hub(self) -> Any: ...
+    def hub(self) -> EventHub | None: ...
 
 
 class CatalogServer(Server[Any]):

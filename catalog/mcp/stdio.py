@@ -31,7 +31,7 @@ from mcp.shared.message import SessionMessage
 from catalog.core.catalog import Catalog
 from catalog.core.principal import Principal
 from catalog.core.watching import Delivery, Watch, honoured_uris, open_watch
-from catalog.mcp.context import PRINCIPAL_STATE_KEY, Ctx
+from catalog.mcp.context import PRINCIPAL_STATE_KEY, Ctx, tenant_of
 from catalog.mcp.listen import ListenStreams, as_subscribed
 from catalog.mcp.server import CatalogServer, build_server
 from catalog.mcp.sessions.transport import SessionTransport
@@ -71,7 +71,7 @@ class SessionFeed:
         """Until the hub closes: each batch of events decided for this session, written to the
         pipe once the client has initialized (before that, nothing may be sent unasked). The hub
         subscription is opened first, so nothing after the handshake is lost."""
-        async with hub.subscribe(self._principal.tenant_id) as events:
+        async with hub.subscribe(tenant_of(self._principal)) as events:
             await self.initialized.wait()
             if self.stateless:
                 return  # 2026-07-28: only listens are told of changes

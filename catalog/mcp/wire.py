@@ -17,7 +17,8 @@ SSE_HEADERS: list[tuple[bytes, bytes]] = [
 SSE_KEEPALIVE = b": ping\r\n\r\n"  # an SSE comment: keeps proxies from timing an idle stream out
 
 
-def dumps(message: Mapping[str, Any]) -> str:
+def dumps(message: object) -> str:
+    """Compact JSON of any JSON value (a message, or an id or string spliced into one)."""
     return json.dumps(message, separators=(",", ":"), ensure_ascii=False)
 
 

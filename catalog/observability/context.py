@@ -12,6 +12,7 @@ records, spans started below the request, e.g. each SQL statement's).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -35,11 +36,11 @@ class RequestRecord:
 current_request: ContextVar[RequestRecord | None] = ContextVar("catalog_request", default=None)
 
 
-def record_of(scope: dict[str, Any] | Any) -> RequestRecord | None:
+def record_of(scope: Mapping[str, Any] | None) -> RequestRecord | None:
     return scope.get(SCOPE_KEY) if scope is not None else None
 
 
-def note_principal(scope: dict[str, Any], principal: Principal) -> None:
+def note_principal(scope: Mapping[str, Any], principal: Principal) -> None:
     """Who is asking (called where each surface authenticates)."""
     record = scope.get(SCOPE_KEY)
     if record is not None:
@@ -47,7 +48,7 @@ def note_principal(scope: dict[str, Any], principal: Principal) -> None:
         record.principal = principal.label
 
 
-def note_mcp(scope: dict[str, Any] | None, method: str, era: str, code: int | None) -> None:
+def note_mcp(scope: Mapping[str, Any] | None, method: str, era: str, code: int | None) -> None:
     record = record_of(scope)
     if record is not None:
         record.mcp_method = method

@@ -14,6 +14,7 @@ from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from pydantic import ValidationError
+from starlette.types import Scope
 
 from catalog.mcp.context import SHADOW_STATE_KEY, Ctx, is_2026
 from catalog.observability import metrics, tracing
@@ -40,13 +41,13 @@ async def observe_mcp(ctx: Ctx, call_next: CallNext) -> HandlerResult:
             _observe(ctx, scope, code, started)
 
 
-def _shadow_run(scope: Any) -> bool:
+def _shadow_run(scope: Scope | None) -> bool:
     """The SDK's second run of a request the fast path answered (``CATALOG_MCP_FAST_PATH=shadow``,
     ``catalog.mcp.shadow``): already counted, timed and named once."""
     return scope is not None and bool(scope.get("state", {}).get(SHADOW_STATE_KEY))
 
 
-def _observe(ctx: Ctx, scope: Any, code: int | None, started: float) -> None:
+def _observe(ctx: Ctx, scope: Scope | None, code: int | None, started: float) -> None:
     method = metrics.method_label(ctx.method)
     era = "2026" if is_2026(ctx) else "2025"
     metrics.MCP_REQUESTS.labels(method, era, "result" if code is None else str(code)).inc()
@@ -56,7 +57,7 @@ def _observe(ctx: Ctx, scope: Any, code: int | None, started: float) -> None:
         _annotate_span(scope)
 
 
-def _annotate_span(scope: Any) -> None:
+def _annotate_span(scope: Scope | None) -> None:
     from opentelemetry.trace import get_current_span
 
     record = record_of(scope)

@@ -71,7 +71,9 @@ class RouteTemplates:
             return _full_template(scope["path"], route)
         path = scope["path"]
         if self._own is None:  # at the first request: every route exists by then
-            self._own = _compiled({getattr(r, "path", None) for r in self.app.router.routes} - {None})
+            self._own = _compiled(
+                {own for r in self.app.router.routes if (own := getattr(r, "path", None)) is not None}
+            )
         template = _first_match(self._own, path)
         if template is None:
             if self._included is None:

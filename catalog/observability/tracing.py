@@ -81,7 +81,10 @@ def _exporters() -> list[Any]:
                 "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "")
             )
             if protocol == "grpc":
-                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+                # Not in the otel extra: an operator who asks for grpc installs its exporter.
+                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # pyright: ignore[reportMissingImports]
+                    OTLPSpanExporter,
+                )
             else:
                 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             exporters.append(OTLPSpanExporter())

@@ -295,3 +295,20 @@ def test_a_caller_of_another_tenant_sees_nothing_whatever_its_fingerprint() -> N
     seen = visibility_of_grants(foreign, 1, uris=["file:///x"], prefixes=["file:///"], tags=["t"])
     assert seen.nothing
     assert not seen.allows("file:///x", ("t",))
+
+
+def test_a_cursor_spelt_otherwise_with_the_same_bytes_is_refused_pag_5() -> None:
+    """PAG-5: where the body's length leaves unused low bits in its last base64 character,
+    changing them changes no decoded byte, yet that spelling is not the cursor the server gave:
+    refused, so any changed character of a cursor is refused."""
+    for after in ("file:///b", "file:///bb", "file:///bbb"):
+        cursor = encode_cursor(KEY, after=after, listing="resources", fingerprint=FINGERPRINT)
+        body_part, mac_part = cursor.split(".")
+        if len(body_part) % 4:
+            break
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    respelt = body_part[:-1] + alphabet[alphabet.index(body_part[-1]) ^ 1]
+    padded = "=" * (-len(body_part) % 4)
+    assert base64.urlsafe_b64decode(respelt + padded) == base64.urlsafe_b64decode(body_part + padded)
+    with pytest.raises(InvalidCursor):
+        decode_cursor(KEY, f"{respelt}.{mac_part}", listing="resources", fingerprint=FINGERPRINT)

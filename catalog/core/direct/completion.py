@@ -126,12 +126,13 @@ async def complete_argument(
         if plan is None:
             check = driver_statement(_template_statement(visibility))
             known = await driver.fetchval(check.sql, *check.arguments({"uri_template": uri_template}))
+            scan = None
         else:
             scan = await _scanned(_Scan(driver, visibility, plan, uri_template), argument)
             known = scan.template_known
     if not known:
         raise UnknownTemplate(uri_template)
-    if plan is None:
+    if scan is None:  # no plan
         raise InvalidArgument(refused)
     return scan.completion()
 
@@ -262,7 +263,8 @@ class _Scan:
             row = await self.driver.fetchrow(
                 query.sql, *query.arguments({**values, **self.authentication.values})
             )
-            found = row["uris"] if self.authentication.admits(row) else None
+            # admits() is asked even of no row: it records the standing (None) the scan goes on with.
+            found = row["uris"] if self.authentication.admits(row) and row is not None else None
         self.template_known = found is not None
         return found or []
 

@@ -55,6 +55,8 @@ async def fast_read(
         selectors = _NO_SELECTORS if guess is None else (guess.everything, *guess.page_selectors())
         async with self_scoped_driver(catalog.engine) as driver:
             row = await driver.fetchrow(_VISIBLE_READ, *credential, key, *selectors)
+        if row is None:  # no standing either
+            return None
         standing = standing_of(row, principal)
         if standing is None:
             return None

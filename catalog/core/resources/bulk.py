@@ -148,7 +148,7 @@ def prepare(location: str, line: int, body: ResourceIn, max_bytes: int) -> Prepa
 
 
 def _columns_of(values: Sequence[Any]) -> dict[str, Any]:
-    named = dict(zip(STAGING_COLUMNS, values, strict=False))
+    named: dict[str, Any] = dict(zip(STAGING_COLUMNS, values, strict=False))
     for key in ("icons", "annotations", "meta"):
         named[key] = json.loads(named[key])
     return named
@@ -196,6 +196,8 @@ async def upsert_all(
     try:
         async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
             raw = (await conn.get_raw_connection()).driver_connection
+            if raw is None:  # only a closed or invalidated connection has none
+                raise RuntimeError("a pooled connection without its driver connection")
             # One transaction for the whole file: no request's time limit; sorts and hashes of a
             # million rows in memory rather than spilled to disk.
             await raw.execute("SET LOCAL statement_timeout = 0; SET LOCAL work_mem = '64MB'")

@@ -220,8 +220,9 @@ def validated(model: type[M], detail: str, **values: Any) -> M:
         errors = []
         for error in exc.errors():
             pointer = "".join(f"/{_escape_pointer(part)}" for part in error["loc"])
-            if isinstance((error.get("ctx") or {}).get("pointer"), str):
-                pointer += error["ctx"]["pointer"]
+            context = error.get("ctx") or {}
+            if isinstance(context.get("pointer"), str):
+                pointer += context["pointer"]
             errors.append(FieldError(pointer, str(error["msg"]).removeprefix("Value error, ")))
         raise InvalidInput(detail, errors=errors) from None
 
@@ -274,10 +275,12 @@ T = TypeVar("T")
 
 
 class Page(BaseModel, Generic[T]):
-    model_config = ConfigDict(populate_by_name=True)
+    # ``nextCursor`` on the wire, by the alias generator as in ``Model`` (an explicit ``alias`` would
+    # make it the only constructor keyword a type checker accepts).
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
     items: list[T]
-    next_cursor: str | None = Field(default=None, alias="nextCursor")
+    next_cursor: str | None = None
 
     def dump(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")

@@ -8,7 +8,7 @@ import asyncio
 import collections
 import multiprocessing
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import IO, TypeVar
 
@@ -110,7 +110,7 @@ async def import_items(
     analyze: bool = True,
     writers: int = IMPORT_WRITERS,
     on_problem: Callable[[Problem], None] = lambda problem: None,
-    on_progress: Callable[[int], None] = lambda weight: None,
+    on_progress: Callable[[int], object] = lambda weight: None,  # its return is ignored
 ) -> ImportReport:
     """Upsert ``items`` in batches of ``batch_size`` (one transaction each); report what happened.
 
@@ -173,9 +173,12 @@ PARALLEL_BYTES = 4 * 1024 * 1024  # a file this large is worth the worker proces
 WRITE_EVERY = 25_000  # URIs staged before the database writes them (while later lines are parsed)
 
 
-def prepare_lines(name: str, lines: list[tuple[int, bytes]], max_bytes: int) -> list[Prepared | Problem]:
-    """Parse, validate and check numbered JSONL lines into staging rows (or Problems). A plain
-    function of its arguments: it runs in a worker process as well as in this one."""
+def prepare_lines(
+    name: str, lines: list[tuple[int, bytes | None]], max_bytes: int
+) -> list[Prepared | Problem]:
+    """Parse, validate and check numbered JSONL lines (None: one over the limit) into staging rows
+    (or Problems). A plain function of its arguments: it runs in a worker process as well as in
+    this one."""
     out: list[Prepared | Problem] = []
     for number, raw in lines:
         item = jsonl_item(f"{name}:{number}", raw, max_bytes)
@@ -229,7 +232,7 @@ async def import_jsonl(
     *,
     workers: int = 0,
     on_problem: Callable[[Problem], None] = lambda problem: None,
-    on_progress: Callable[[int], None] = lambda weight: None,
+    on_progress: Callable[[int], object] = lambda weight: None,  # its return is ignored
 ) -> ImportReport:
     """Upsert the JSONL ``stream`` set-based, in one transaction (:mod:`catalog.core.resources.bulk`):
     every line, or -- when any is bad -- none, every bad one reported. ``workers``: processes that
@@ -245,7 +248,7 @@ async def import_jsonl(
     start = stream.tell() if stream.seekable() else None
     reported = 0  # progress reported so far (a second pass reports only what goes beyond it)
 
-    async def chunks() -> AsyncIterator[list[Prepared | tuple[str, str]]]:
+    async def chunks() -> AsyncGenerator[list[Prepared | tuple[str, str]], None]:
         nonlocal reported
         done = 0
         async for chunk, weight in _prepared(stream, name, catalog.settings.max_blob_bytes, workers):

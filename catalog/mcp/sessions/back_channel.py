@@ -120,6 +120,8 @@ class Answers:
             if answer is None:
                 with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                     await store.forget_request(catalog, record.tenant_id, record.key, request_id)
+        # Only an answer leaves the loop: fail_after raises (its context manager swallows nothing).
+        assert answer is not None
         if "error" in answer:
             error = types.ErrorData.model_validate(answer["error"])
             raise MCPError.from_error_data(error)

@@ -10,6 +10,7 @@ from mcp.server.lowlevel.server import Server
 
 from catalog.core.catalog import Catalog
 from catalog.core.sessions import SessionRecord
+from catalog.events.hub import EventHub
 from catalog.mcp.context import Ctx
 from catalog.mcp.wire import SSE_HEADERS
 
@@ -32,7 +33,7 @@ class SessionHost(Protocol):
     def catalog(self) -> Catalog: ...
 
     @property
-    def hub(self) -> Any: ...  # catalog.events.hub.EventHub | None
+    def hub(self) -> EventHub | None: ...
 
 
 def session_of(ctx: Ctx) -> SessionRecord | None:

@@ -1,0 +1,330 @@
+"""Reads with one read replica: ``resources/read`` through ``catalog serve`` with
+``CATALOG_READ_DATABASE_URL`` on a streaming hot standby, against the same server without it.
+
+The benchmark builds its own cluster (``bench/replication.py``, the read-replica tests' too): a
+PostgreSQL 15 primary and one ``pg_basebackup -R`` hot standby, the primary migrated to head and
+loaded with one tenant of N small text resources (the standby replays all of it). Two
+``python -m catalog serve`` processes, one worker each, configured alike but for one setting:
+
+- ``replica``: ``CATALOG_READ_DATABASE_URL`` = the standby (MCP reads there, token lookups and
+  writes on the primary: docs/scaling.md, "Read replicas");
+- ``primary`` (baseline): no read replica, every statement on the primary.
+
+Both are loaded by the same closed-loop generator (``bench.http``, as ``bench_read``), round by
+round, in four shapes: ``load`` (C keep-alive clients, throughput) and ``serial`` (one client, one
+request at a time: the latency of a read, where the replica's position check shows), each without
+and with ``writes``: a writer on the primary updating another resource of the same tenant W times a
+second, each update a change notification that the server's listener receives, so that the
+consistency rule (no read older than a delivered notification) sends a read to the primary until
+the primary's position after it is known and then only to a standby that has replayed it.
+
+Reported: where the reads ran (the ``replica`` server's ``catalog_read_replica_reads_total{target}``
+and ``catalog_read_replica_skips_total{reason}``, and the standby's own ``xact_commit``), throughput
+replica / primary per round, and the median latency of each shape with the replica on and off.
+On a 2-core machine where both PostgreSQL servers, the catalog server and the generator share the
+cores, a replica adds work (a second server replaying WAL, a second pool) and offloads nothing to
+other hardware: no gain is expected here; the figures bound what the routing costs.
+
+    python -m bench.bench_replica [--seconds 3] [--rounds 3] [--concurrency 16] [--writes 20]
+        [--synchronous-commit on|off]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import re
+import statistics
+import tempfile
+import time
+from typing import Any
+
+import asyncpg
+import httpx
+
+from bench.harness import (
+    Database,
+    ServerProcess,
+    admin_api_token,
+    catalog_serve,
+    seed_resources,
+    server_env,
+    write_result,
+)
+from bench.http import closed_loop, mcp_request
+from bench.replication import replicated
+
+URI = "file:///bench/hello.txt"
+TEXT = "hello, world"
+WRITTEN = "file:///bench/written.txt"
+SERVERS = ("replica", "primary")
+SHAPES = ("load", "serial", "load+writes", "serial+writes")
+PRIMARY_SETTINGS = {"shared_buffers": "'256MB'", "max_connections": "200"}
+# The section of bench/results/replica.json a run writes, by the primary's synchronous_commit.
+SECTIONS = {"on": "synchronous_commit_on", "off": "synchronous_commit_off"}
+
+
+def _uri(i: int) -> str:
+    if i == 0:
+        return URI
+    if i == 1:
+        return WRITTEN
+    return f"file:///bench/other/{i:06d}.txt"
+
+
+def metrics(server: ServerProcess) -> dict[str, float]:
+    """The replica routing counters of ``/metrics`` (reads by target, skips by reason)."""
+    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
+    found: dict[str, float] = {}
+    pattern = r'^catalog_read_replica_(reads|skips)_total\{(?:target|reason)="(\w+)"[^}]*\} (\S+)$'
+    for match in re.finditer(pattern, text, re.MULTILINE):
+        key = f"{match.group(1)}.{match.group(2)}"
+        found[key] = found.get(key, 0.0) + float(match.group(3))
+    return found
+
+
+async def standby_commits(dsn: str) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await conn.fetchval(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        )
+    finally:
+        await conn.close()
+
+
+async def caught_up(primary: str, standby: str, within_s: float = 60) -> None:
+    deadline = time.monotonic() + within_s
+    p = await asyncpg.connect(primary)
+    s = await asyncpg.connect(standby)
+    try:
+        target = await p.fetchval("SELECT pg_current_wal_lsn()")
+        while await s.fetchval("SELECT pg_last_wal_replay_lsn()") < target:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the standby did not replay the seeding within {within_s}s")
+            await asyncio.sleep(0.05)
+    finally:
+        await p.close()
+        await s.close()
+
+
+@contextlib.asynccontextmanager
+async def writer(dsn: str, per_second: float) -> Any:
+    """Updates ``WRITTEN`` ``per_second`` times a second on the primary while the block runs (each
+    update fires catalog's triggers: a change-feed row and a NOTIFY). Yields a list whose length is
+    the updates made."""
+    done: list[float] = []
+    conn = await asyncpg.connect(dsn)
+
+    async def loop() -> None:
+        interval = 1 / per_second
+        n = 0
+        next_at = time.perf_counter()
+        while True:
+            n += 1
+            await conn.execute("UPDATE resources SET text = $1 WHERE uri = $2", f"written {n}", WRITTEN)
+            done.append(time.perf_counter())
+            next_at += interval
+            await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+
+    task = asyncio.create_task(loop())
+    try:
+        yield done
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await conn.close()
+
+
+async def run(
+    seconds: float, rounds: int, concurrency: int, writes: float, resources: int, synchronous_commit: str
+) -> dict[str, Any]:
+    with replicated({**PRIMARY_SETTINGS, "synchronous_commit": synchronous_commit}) as pair:
+        from catalog.db import migrate
+
+        await asyncio.to_thread(migrate.upgrade, pair.primary.url)
+        database = Database(pair.primary.url)
+        await seed_resources(
+            database,
+            "replica",
+            resources,
+            uri=_uri,
+            tags=lambda i: [],
+            text=lambda i: TEXT if i == 0 else None,
+        )
+        await caught_up(pair.primary.url, pair.standby.url)
+        home = tempfile.mkdtemp(prefix="catalog-bench-home-")
+        common = {"CATALOG_RATE_LIMIT_PER_MINUTE": "0", "CATALOG_METRICS_ACCESS": "open"}
+        with contextlib.ExitStack() as stack:
+            servers: dict[str, ServerProcess] = {
+                "replica": stack.enter_context(
+                    catalog_serve(
+                        server_env(
+                            pair.primary.url, home, CATALOG_READ_DATABASE_URL=pair.standby.url, **common
+                        )
+                    )
+                ),
+                "primary": stack.enter_context(catalog_serve(server_env(pair.primary.url, home, **common))),
+            }
+            tokens = [admin_api_token(servers["primary"], "replica", admin=True) for _ in range(concurrency)]
+            await caught_up(pair.primary.url, pair.standby.url)
+            host = "127.0.0.1"
+            requests = {
+                name: [
+                    mcp_request(host, servers[name].port, "resources/read", {"uri": URI}, token=t)
+                    for t in tokens
+                ]
+                for name in SERVERS
+            }
+            samples: dict[str, dict[str, list[dict[str, float]]]] = {
+                shape: {name: [] for name in SERVERS} for shape in SHAPES
+            }
+            routing: dict[str, dict[str, float]] = {}
+            standby_xacts: dict[str, float] = {}
+            updates: dict[str, int] = {}
+            for _ in range(rounds):
+                for shape in SHAPES:
+                    clients = concurrency if shape.startswith("load") else 1
+                    for name in SERVERS:
+                        server = servers[name]
+                        before = metrics(server)
+                        xacts_before = await standby_commits(pair.standby.url)
+                        cpu_before = server.cpu_seconds()
+                        async with contextlib.AsyncExitStack() as during:
+                            made = (
+                                await during.enter_async_context(writer(database.dsn, writes))
+                                if shape.endswith("writes")
+                                else []
+                            )
+                            result = await closed_loop(
+                                host,
+                                server.port,
+                                requests[name][:clients],
+                                concurrency=clients,
+                                seconds=seconds,
+                                check=TEXT.encode(),
+                            )
+                        cpu = server.cpu_seconds() - cpu_before
+                        after = metrics(server)
+                        key = f"{shape}/{name}"
+                        for counter in set(before) | set(after):
+                            delta = after.get(counter, 0.0) - before.get(counter, 0.0)
+                            routing.setdefault(key, {})[counter] = (
+                                routing.get(key, {}).get(counter, 0.0) + delta
+                            )
+                        standby_xacts[key] = standby_xacts.get(key, 0) + (
+                            await standby_commits(pair.standby.url) - xacts_before
+                        )
+                        updates[key] = updates.get(key, 0) + len(made)
+                        summary = result.summary()
+                        summary["server_cpu_ms_per_request"] = cpu * 1000 / max(1, summary["requests"])
+                        samples[shape][name].append(summary)
+    result = summarise(
+        samples, routing, standby_xacts, updates, seconds, rounds, concurrency, writes, resources
+    )
+    return {**result, "synchronous_commit": synchronous_commit}
+
+
+def summarise(
+    samples: dict[str, dict[str, list[dict[str, float]]]],
+    routing: dict[str, dict[str, float]],
+    standby_xacts: dict[str, float],
+    updates: dict[str, int],
+    seconds: float,
+    rounds: int,
+    concurrency: int,
+    writes: float,
+    resources: int,
+) -> dict[str, Any]:
+    shapes: dict[str, Any] = {}
+    for shape, by_server in samples.items():
+        cases = {}
+        for name, runs in by_server.items():
+            key = f"{shape}/{name}"
+            reads = routing.get(key, {})
+            on_replica = reads.get("reads.replica", 0.0)
+            on_primary = reads.get("reads.primary", 0.0)
+            answered = sum(s["requests"] for s in runs)
+            cases[name] = {
+                "rps_median": statistics.median(s["rps"] for s in runs),
+                "rps_per_round": [s["rps"] for s in runs],
+                "latency_median_ms": statistics.median(s["median_ms"] for s in runs),
+                "latency_p99_ms": statistics.median(s["p99_ms"] for s in runs),
+                "server_cpu_ms_per_request": statistics.median(s["server_cpu_ms_per_request"] for s in runs),
+                "requests": answered,
+                "errors": sum(s["errors"] for s in runs),
+                "reads_on_replica": on_replica,
+                "reads_on_primary": on_primary,
+                "replica_share": on_replica / (on_replica + on_primary) if on_replica + on_primary else 0.0,
+                "skips": {k.split(".", 1)[1]: v for k, v in reads.items() if k.startswith("skips.")},
+                "standby_xact_commit": standby_xacts.get(key, 0),
+                "updates": updates.get(key, 0),
+            }
+        pairs = list(zip(by_server["replica"], by_server["primary"], strict=True))
+        shapes[shape] = {
+            "cases": cases,
+            # replica / primary alone, per round: throughput, and median latency (its excess in ms).
+            "rps_ratio": statistics.median(r["rps"] / p["rps"] for r, p in pairs),
+            "latency_ratio": statistics.median(r["median_ms"] / p["median_ms"] for r, p in pairs),
+            "latency_extra_ms": statistics.median(r["median_ms"] - p["median_ms"] for r, p in pairs),
+            "cpu_ratio": statistics.median(
+                r["server_cpu_ms_per_request"] / p["server_cpu_ms_per_request"] for r, p in pairs
+            ),
+        }
+    return {
+        "seconds_per_case": seconds,
+        "rounds": rounds,
+        "concurrency": concurrency,
+        "writes_per_second": writes,
+        "resources": resources,
+        "server": "python -m catalog serve (1 worker), CATALOG_RATE_LIMIT_PER_MINUTE=0, read replica on/off",
+        "cluster": "PostgreSQL 15 primary + 1 pg_basebackup -R hot standby on the same machine",
+        "shapes": shapes,
+    }
+
+
+def report(result: dict[str, Any]) -> None:
+    for shape, data in result["shapes"].items():
+        for name, case in data["cases"].items():
+            print(
+                f"  {shape:14s} {name:8s} {case['rps_median']:7.0f} req/s  median {case['latency_median_ms']:6.2f} ms"
+                f"  p99 {case['latency_p99_ms']:6.2f} ms  cpu {case['server_cpu_ms_per_request']:.2f} ms/req"
+                f"  on replica {case['replica_share']:.0%}  skips {case['skips']}"
+                f"  standby xacts {case['standby_xact_commit']:.0f}  updates {case['updates']}  errors {case['errors']}"
+            )
+        print(
+            f"  {shape:14s} replica / primary: {data['rps_ratio']:.2f}x req/s, latency {data['latency_ratio']:.2f}x"
+            f" ({data['latency_extra_ms']:+.2f} ms), server CPU {data['cpu_ratio']:.2f}x"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--writes", type=float, default=20, help="updates a second in the +writes shapes")
+    parser.add_argument("--resources", type=int, default=10_000)
+    parser.add_argument(
+        "--synchronous-commit",
+        choices=sorted(SECTIONS),
+        default="on",
+        help="the primary's synchronous_commit (off: a commit's WAL reaches the standby only when the"
+        " WAL writer flushes it, up to wal_writer_delay later); each writes its own section",
+    )
+    args = parser.parse_args()
+    result = asyncio.run(
+        run(args.seconds, args.rounds, args.concurrency, args.writes, args.resources, args.synchronous_commit)
+    )
+    path = write_result("replica", result, section=SECTIONS[args.synchronous_commit])
+    print(
+        f"read replica, synchronous_commit={args.synchronous_commit}, {args.concurrency} clients,"
+        f" {args.rounds} rounds of {args.seconds}s -> {path} [{SECTIONS[args.synchronous_commit]}]"
+    )
+    report(result)
+
+
+if __name__ == "__main__":
+    main()
