@@ -88,7 +88,7 @@ async def test_the_defaults_are_todays_ttls_cache_1(srv: Served) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-async def test_a_page_of_1000_and_a_cursor_walk_over_every_resource_page_1(
+async def test_a_page_of_1000_and_a_cursor_walk_over_every_resource_pag_1_pag_2(
     srv: Served, setting: Any, mode: str
 ) -> None:
     setting(mcp_fast_path=mode, page_size=1000)

@@ -147,7 +147,7 @@ async def test_results_carry_the_http_paths_cache_hints_cache_1(stdio: Stdio) ->
 
 
 @pytest.mark.parametrize("mode", ERAS)
-async def test_a_scoped_token_sees_only_what_its_grants_show_vis_1(stdio: Stdio, mode: str) -> None:
+async def test_a_scoped_token_sees_only_what_its_grants_show_res_25(stdio: Stdio, mode: str) -> None:
     async with stdio.client(mode, token="src") as client:
         uris = await all_resources(client)
         with pytest.raises(MCPError) as refused:
