@@ -7,10 +7,13 @@ takes it from the row, and ``catalog_plain_read`` (the fast path's one statement
 and completion select its columns by name and are unchanged).
 
 The text is frozen here; the current definition of every function is in
-``catalog/db/sql/functions.sql``. Downgrade restores 0013's ``catalog_plain_read`` and drops the column.
+``catalog/db/sql/functions.sql``. Downgrade restores 0016's ``catalog_plain_read`` and drops the column.
+
+It follows 0016 (merged first, though numbered after it): 0016 replaced the same function with
+its old return type, which it could not do after this one.
 
 Revision ID: 0014
-Revises: 0013
+Revises: 0016
 Create Date: 2026-12-06 04:30:00.000000
 """
 
@@ -19,7 +22,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "0014"
-down_revision: str | None = "0013"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -45,6 +48,7 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v_scope text := current_setting('catalog.tenant_id', true);
     v_held boolean;
+    v_set text;  -- set_config's result, assigned: an expression, not a query as PERFORM is
 BEGIN
     IF p_hash IS NOT NULL THEN
         SELECT p.token_id, p.tenant_id, p.tenant_slug, p.scopes, p.is_admin, p.expires_at
@@ -62,16 +66,23 @@ BEGIN
     IF principal_tenant_id IS NULL THEN
         RETURN;
     END IF;
-    PERFORM set_config('catalog.tenant_id', principal_tenant_id::text, true);
-    SELECT s.uris, s.prefixes, s.tags INTO grant_uris, grant_prefixes, grant_tags
-    FROM catalog_scope_grants(principal_tenant_id, principal_scopes) AS s;
-    -- Whether the principal holds every selector passed (NULL when none were).
-    v_held := CASE
-        WHEN p_everything THEN principal_is_admin
-        WHEN NOT p_everything THEN coalesce(p_uris, '{}') <@ coalesce(grant_uris, '{}')
-            AND coalesce(p_lows, '{}') <@ coalesce(grant_prefixes, '{}')
-            AND coalesce(p_tags, '{}') <@ coalesce(grant_tags, '{}')
-    END;
+    v_set := set_config('catalog.tenant_id', principal_tenant_id::text, true);
+    -- Whether the principal holds every selector passed (NULL when none were). Everything is held
+    -- by an admin, and then no grant is loaded (0016): the caller sent everything because the one
+    -- rule (visibility_of_grants) gave this credential everything last time, which it gives an
+    -- admin whatever the grants. Any other call loads them (catalog_scope_grants) and returns them.
+    IF p_everything AND principal_is_admin THEN
+        v_held := true;
+    ELSE
+        SELECT s.uris, s.prefixes, s.tags INTO grant_uris, grant_prefixes, grant_tags
+        FROM catalog_scope_grants(principal_tenant_id, principal_scopes) AS s;
+        v_held := CASE
+            WHEN p_everything THEN principal_is_admin
+            WHEN NOT p_everything THEN coalesce(p_uris, '{}') <@ coalesce(grant_uris, '{}')
+                AND coalesce(p_lows, '{}') <@ coalesce(grant_prefixes, '{}')
+                AND coalesce(p_tags, '{}') <@ coalesce(grant_tags, '{}')
+        END;
+    END IF;
     IF p_uri IS NOT NULL AND v_held THEN
         SELECT r.uri, r.mime_type, r.tags, r.consent_message, r.text, b.data,
                r.blob_sha256 IS NOT NULL, r.ttl_ms
@@ -84,14 +95,14 @@ BEGIN
                OR EXISTS (SELECT 1 FROM unnest(p_lows, p_highs) AS g(low, high)
                           WHERE r.uri >= g.low AND r.uri < g.high));
     END IF;
-    PERFORM set_config('catalog.tenant_id', coalesce(v_scope, ''), true);
+    v_set := set_config('catalog.tenant_id', coalesce(v_scope, ''), true);
     RETURN NEXT;
 END
 $$
 """
 
-# 0013's catalog_plain_read, for downgrade.
-PLAIN_READ_0013_SQL = """
+# 0016's catalog_plain_read, for downgrade.
+PLAIN_READ_0016_SQL = """
 CREATE OR REPLACE FUNCTION catalog_plain_read(
     p_hash bytea, p_tenant bigint, p_scopes text[], p_admin boolean, p_uri text,
     p_everything boolean DEFAULT NULL, p_lows text[] DEFAULT NULL, p_highs text[] DEFAULT NULL,
@@ -109,6 +120,7 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v_scope text := current_setting('catalog.tenant_id', true);
     v_held boolean;
+    v_set text;  -- set_config's result, assigned: an expression, not a query as PERFORM is
 BEGIN
     IF p_hash IS NOT NULL THEN
         SELECT p.token_id, p.tenant_id, p.tenant_slug, p.scopes, p.is_admin, p.expires_at
@@ -126,16 +138,23 @@ BEGIN
     IF principal_tenant_id IS NULL THEN
         RETURN;
     END IF;
-    PERFORM set_config('catalog.tenant_id', principal_tenant_id::text, true);
-    SELECT s.uris, s.prefixes, s.tags INTO grant_uris, grant_prefixes, grant_tags
-    FROM catalog_scope_grants(principal_tenant_id, principal_scopes) AS s;
-    -- Whether the principal holds every selector passed (NULL when none were).
-    v_held := CASE
-        WHEN p_everything THEN principal_is_admin
-        WHEN NOT p_everything THEN coalesce(p_uris, '{}') <@ coalesce(grant_uris, '{}')
-            AND coalesce(p_lows, '{}') <@ coalesce(grant_prefixes, '{}')
-            AND coalesce(p_tags, '{}') <@ coalesce(grant_tags, '{}')
-    END;
+    v_set := set_config('catalog.tenant_id', principal_tenant_id::text, true);
+    -- Whether the principal holds every selector passed (NULL when none were). Everything is held
+    -- by an admin, and then no grant is loaded (0016): the caller sent everything because the one
+    -- rule (visibility_of_grants) gave this credential everything last time, which it gives an
+    -- admin whatever the grants. Any other call loads them (catalog_scope_grants) and returns them.
+    IF p_everything AND principal_is_admin THEN
+        v_held := true;
+    ELSE
+        SELECT s.uris, s.prefixes, s.tags INTO grant_uris, grant_prefixes, grant_tags
+        FROM catalog_scope_grants(principal_tenant_id, principal_scopes) AS s;
+        v_held := CASE
+            WHEN p_everything THEN principal_is_admin
+            WHEN NOT p_everything THEN coalesce(p_uris, '{}') <@ coalesce(grant_uris, '{}')
+                AND coalesce(p_lows, '{}') <@ coalesce(grant_prefixes, '{}')
+                AND coalesce(p_tags, '{}') <@ coalesce(grant_tags, '{}')
+        END;
+    END IF;
     IF p_uri IS NOT NULL AND v_held THEN
         SELECT r.uri, r.mime_type, r.tags, r.consent_message, r.text, b.data,
                r.blob_sha256 IS NOT NULL
@@ -148,7 +167,7 @@ BEGIN
                OR EXISTS (SELECT 1 FROM unnest(p_lows, p_highs) AS g(low, high)
                           WHERE r.uri >= g.low AND r.uri < g.high));
     END IF;
-    PERFORM set_config('catalog.tenant_id', coalesce(v_scope, ''), true);
+    v_set := set_config('catalog.tenant_id', coalesce(v_scope, ''), true);
     RETURN NEXT;
 END
 $$
@@ -165,5 +184,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute(f"DROP FUNCTION {PLAIN_READ_SIGNATURE}")
-    op.execute(PLAIN_READ_0013_SQL)
+    op.execute(PLAIN_READ_0016_SQL)
     op.execute("ALTER TABLE resources DROP COLUMN ttl_ms")

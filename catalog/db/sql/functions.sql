@@ -473,14 +473,16 @@ WHERE g.tenant_id = p_tenant AND g.scope = ANY(p_scopes)
 $$;
 
 -- A fast resources/read in one statement (0008; content only for a visible row, 0012; the grants
--- loaded by catalog_scope_grants, 0013; the resource's ttl_ms, 0014), as the caller (row-level security applies to every table
--- it reads):
+-- loaded by catalog_scope_grants, 0013, not for an admin's everything, 0016;
+-- the resource's ttl_ms, 0014), as the caller
+-- (row-level security applies to every table it reads):
 -- 1. The principal: with p_hash, the live token's (catalog_token_principal); no row at all for an
 --    unknown, revoked or expired token. Without it, the principal the caller authenticated
 --    (p_tenant, p_scopes, p_admin).
 -- 2. The statement's scope becomes that tenant (restored before returning).
 -- 3. The grants of that tenant that the principal's scopes hold (catalog_scope_grants, 0013;
---    whoever the principal is): the caller compiles its selectors from them.
+--    whoever the principal is), except when the selectors passed are everything and the principal
+--    is an admin (0016): the caller compiles its selectors from them.
 -- 4. The resource with exactly p_uri in that tenant, with its blob's bytes, only when the
 --    selectors passed show it (p_everything NULL: none passed, no row is read) and only while the
 --    principal holds every one of them (an admin for p_everything; a grant for each URI, prefix
@@ -506,6 +508,7 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v_scope text := current_setting('catalog.tenant_id', true);
     v_held boolean;
+    v_set text;  -- set_config's result, assigned: an expression, not a query as PERFORM is
 BEGIN
     IF p_hash IS NOT NULL THEN
         SELECT p.token_id, p.tenant_id, p.tenant_slug, p.scopes, p.is_admin, p.expires_at
@@ -523,16 +526,23 @@ BEGIN
     IF principal_tenant_id IS NULL THEN
         RETURN;
     END IF;
-    PERFORM set_config('catalog.tenant_id', principal_tenant_id::text, true);
-    SELECT s.uris, s.prefixes, s.tags INTO grant_uris, grant_prefixes, grant_tags
-    FROM catalog_scope_grants(principal_tenant_id, principal_scopes) AS s;
-    -- Whether the principal holds every selector passed (NULL when none were).
-    v_held := CASE
-        WHEN p_everything THEN principal_is_admin
-        WHEN NOT p_everything THEN coalesce(p_uris, '{}') <@ coalesce(grant_uris, '{}')
-            AND coalesce(p_lows, '{}') <@ coalesce(grant_prefixes, '{}')
-            AND coalesce(p_tags, '{}') <@ coalesce(grant_tags, '{}')
-    END;
+    v_set := set_config('catalog.tenant_id', principal_tenant_id::text, true);
+    -- Whether the principal holds every selector passed (NULL when none were). Everything is held
+    -- by an admin, and then no grant is loaded (0016): the caller sent everything because the one
+    -- rule (visibility_of_grants) gave this credential everything last time, which it gives an
+    -- admin whatever the grants. Any other call loads them (catalog_scope_grants) and returns them.
+    IF p_everything AND principal_is_admin THEN
+        v_held := true;
+    ELSE
+        SELECT s.uris, s.prefixes, s.tags INTO grant_uris, grant_prefixes, grant_tags
+        FROM catalog_scope_grants(principal_tenant_id, principal_scopes) AS s;
+        v_held := CASE
+            WHEN p_everything THEN principal_is_admin
+            WHEN NOT p_everything THEN coalesce(p_uris, '{}') <@ coalesce(grant_uris, '{}')
+                AND coalesce(p_lows, '{}') <@ coalesce(grant_prefixes, '{}')
+                AND coalesce(p_tags, '{}') <@ coalesce(grant_tags, '{}')
+        END;
+    END IF;
     IF p_uri IS NOT NULL AND v_held THEN
         SELECT r.uri, r.mime_type, r.tags, r.consent_message, r.text, b.data,
                r.blob_sha256 IS NOT NULL, r.ttl_ms
@@ -545,7 +555,7 @@ BEGIN
                OR EXISTS (SELECT 1 FROM unnest(p_lows, p_highs) AS g(low, high)
                           WHERE r.uri >= g.low AND r.uri < g.high));
     END IF;
-    PERFORM set_config('catalog.tenant_id', coalesce(v_scope, ''), true);
+    v_set := set_config('catalog.tenant_id', coalesce(v_scope, ''), true);
     RETURN NEXT;
 END
 $$;
