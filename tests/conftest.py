@@ -68,7 +68,28 @@ def pytest_configure(config: pytest.Config) -> None:
 FAST_PATH_MODULES = frozenset({"test_mcp_fast_path.py", "test_fast_listen.py"})
 
 
+def _distinct_node_ids(items: list[pytest.Item]) -> None:
+    """schemathesis names its items ``test[GET /path]`` but, on pytest 9, their node ids are the
+    bare ``test`` (pytest builds an id from ``originalname`` and a callspec they do not have); under
+    pytest-xdist, which runs node ids, all but one of them would silently not run."""
+    for item in items:
+        original = getattr(item, "originalname", None)
+        node_id = getattr(item, "_id", None)
+        if (
+            isinstance(item, pytest.Function)
+            and original
+            and item.name.startswith(original + "[")
+            and node_id is not None
+            and node_id.params is None
+        ):
+            item._id = node_id.with_params(item.name[len(original) + 1 : -1])
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _distinct_node_ids(items)
+    # The slow tests first (a stable sort: otherwise in collection order), so that under
+    # pytest-xdist the longest are not the last to start, with one worker busy and the rest idle.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if FAST_PATH != "off":
         return
     skip = pytest.mark.skip(reason="CATALOG_MCP_FAST_PATH=off: no request takes the fast path")
@@ -211,7 +232,7 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
         admin_token="cat_test-platform-admin-token",
         secret_key="test-secret-key-0123456789abcdef",
         public_tenant=None,
-        rate_limit_per_minute=0,  # tests of other things must not trip it (tests/test_edge.py does)
+        rate_limit_per_minute=0,  # tests of other things must not trip it (tests/db/test_edge.py does)
     )
 
 

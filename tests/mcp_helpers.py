@@ -184,7 +184,7 @@ def mcp_settings(database_url: str, home: Path, **overrides: Any) -> Settings:
         "admin_token": "cat_test-platform-admin-token",
         "secret_key": "test-secret-key-0123456789abcdef",
         "public_tenant": "demo",
-        "rate_limit_per_minute": 0,  # tests of other things must not trip it (tests/test_edge.py does)
+        "rate_limit_per_minute": 0,  # tests of other things must not trip it (tests/db/test_edge.py does)
     }
     return Settings(**{**values, **overrides})
 

@@ -1,7 +1,7 @@
 """The SQL of every function and trigger of the catalog's schema, as shipped with the package.
 
 ``catalog/db/sql/functions.sql`` holds the current definition of each (whichever migration made
-it); migrations carry frozen copies and never read it. ``tests/test_sql_definitions.py`` holds a
+it); migrations carry frozen copies and never read it. ``tests/db/test_sql_definitions.py`` holds a
 migrated database to it.
 """
 

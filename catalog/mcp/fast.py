@@ -24,7 +24,7 @@ a revoked token), goes to the SDK with the body replayed, so what a client is to
 author. ``CATALOG_MCP_FAST_PATH`` turns this path off or shadows it with the SDK's
 (``catalog.mcp.shadow``); with tracing on it opens the MCP method's span as the SDK would.
 ``catalog_mcp_plain_answers_total{method}`` counts what was answered here
-(``tests/test_mcp_fast_path.py`` proves the path is taken and agrees with the SDK).
+(``tests/e2e/mcp/test_mcp_fast_path.py`` proves the path is taken and agrees with the SDK).
 """
 
 from __future__ import annotations

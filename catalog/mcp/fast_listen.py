@@ -22,7 +22,7 @@ A plainly valid listen (``catalog.mcp.fast.fast_request``) is served here instea
   when the client went away (one more task waits for that). A stream whose client reads too
   slowly to keep up ends as the SDK path's stream does when the hub drops a slow consumer.
 
-The bytes are the SDK path's (``tests/test_fast_listen.py`` compares the two streams frame for
+The bytes are the SDK path's (``tests/e2e/mcp/test_fast_listen.py`` compares the two streams frame for
 frame); everything else about a listen (quotas, authentication, the ack's terms) has one author,
 shared with the SDK path in ``catalog.mcp.listen``.
 """

@@ -122,7 +122,7 @@ class ListenStreams:
         self._host = host
         self._scopes: set[anyio.CancelScope] = set()
         self._frames = SharedFrames()
-        self.frames_sent = 0  # through the fast path (tests/test_sdk_private.py)
+        self.frames_sent = 0  # through the fast path (tests/db/test_sdk_private.py)
         self.closed = False
 
     def __len__(self) -> int:

@@ -4,7 +4,7 @@ cache hints here, so ``ttlMs``, ``cacheScope``, a content item and a completion 
 
 What the SDK adds to every 2026-07-28 result on its way out (``resultType`` and the ``serverInfo``
 stamp in ``_meta``) is written by :func:`stamped` for the fast path, which the SDK does not see;
-``tests/test_mcp_fast_path_differential.py`` holds the two paths' bytes equal.
+``tests/properties/test_mcp_fast_path_differential.py`` holds the two paths' bytes equal.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Every private part of the ``mcp`` SDK (pinned ``==2.3.0``) that catalog relies on, in one place.
 
 Each use is read directly (never with a ``getattr`` default), so an SDK that renamed one fails
-loudly, and tests/test_sdk_private.py fails first: it checks every name below against the installed
+loudly, and tests/db/test_sdk_private.py fails first: it checks every name below against the installed
 SDK and proves the fast path is taken on a real listen stream.
 
 * ``ServerSession._request_outbound``: the per-request ``DispatchContext``. For a 2026-07-28 request

@@ -1,6 +1,6 @@
 """How a read replica is judged, without a database: WAL positions, lag, and the position a
 tenant's reads must not be older than (``catalog.core.replicas``; on real replication:
-``tests/test_read_replicas.py``)."""
+``tests/e2e/test_read_replicas.py``)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ else sees what the grants of its scopes name (RES-7, RES-25, COMP-6): a ``uri`` 
 matched on their literal prefix. There is no media-type rule in visibility: ``mimeType`` is a
 listing filter (``ListingFilter.mime_type``), applied after the rule, tested at the end.
 
-``tests/test_visibility_agrees.py`` (with a database) holds these answers equal to the SQL
+``tests/properties/test_visibility_agrees.py`` (with a database) holds these answers equal to the SQL
 predicate and the page function; here the rule itself is pinned down.
 """
 

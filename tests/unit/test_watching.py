@@ -4,8 +4,8 @@ Covered here: the subscription filter (``subscription_uris``, ``honoured_uris``)
 ``Watch.decide`` for resource and template events whose tags the event carries, which is decided
 by ``Visibility.allows`` alone. The watch's engine points at a port nothing listens on, so a test
 that reached the database would fail rather than pass. Grant, tenant and gap events reload the
-visibility from the database and are tested with one (``tests/test_events.py``,
-``tests/test_mcp_subscriptions.py``).
+visibility from the database and are tested with one (``tests/db/test_events.py``,
+``tests/e2e/mcp/test_mcp_subscriptions.py``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ and the checks a write makes before its statement (``writes.check_precondition``
 ``check_directory``, ``text_size``). The no-op test and the version bump are not Python: they are
 clauses of the one SQL statement ``writer.apply_sql`` builds (``IS DISTINCT FROM`` over
 :data:`WRITTEN`, ``version = r.version + 1``), so here they are checked as the statement's text;
-``tests/test_resource_writer.py`` runs them on PostgreSQL.
+``tests/properties/test_resource_writer.py`` runs them on PostgreSQL.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import multiprocessing
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import aclosing
 from typing import IO, TypeVar
 
 from sqlalchemy import text
@@ -201,8 +202,11 @@ async def _prepared(
     chunks = jsonl_chunks(stream, CHUNK_SIZE, max_line_bytes(max_bytes))
     if workers < 1:
         work = ((prepare_lines(name, lines, max_bytes), weight) for weight, lines in chunks)
-        async for done in _read_ahead(work):
-            yield done
+        # Closed here, not left to the garbage collector: its thread may still be reading the
+        # stream, which a pass that starts over seeks back (import_jsonl).
+        async with aclosing(_read_ahead(work)) as ahead:
+            async for done in ahead:
+                yield done
         return
     loop = asyncio.get_running_loop()
     # fork: a worker starts in milliseconds with everything imported; it only runs prepare_lines.
@@ -251,14 +255,18 @@ async def import_jsonl(
     async def chunks() -> AsyncGenerator[list[Prepared | tuple[str, str]], None]:
         nonlocal reported
         done = 0
-        async for chunk, weight in _prepared(stream, name, catalog.settings.max_blob_bytes, workers):
-            # Counted before the chunk is handed on: a consumer that stops after the last chunk
-            # (its generator closed at the yield) must not leave that chunk's bytes uncounted.
-            done += weight
-            if done > reported:
-                on_progress(done - reported)
-                reported = done
-            yield [(item.location, item.reason) if isinstance(item, Problem) else item for item in chunk]
+        # aclosing: when this pass stops early, the reading behind it (a thread or worker
+        # processes) has stopped before the stream is seeked back for the next pass; a generator
+        # left to the garbage collector would close later and could read lines meant for it.
+        async with aclosing(_prepared(stream, name, catalog.settings.max_blob_bytes, workers)) as prepared:
+            async for chunk, weight in prepared:
+                # Counted before the chunk is handed on: a consumer that stops after the last chunk
+                # (its generator closed at the yield) must not leave that chunk's bytes uncounted.
+                done += weight
+                if done > reported:
+                    on_progress(done - reported)
+                    reported = done
+                yield [(item.location, item.reason) if isinstance(item, Problem) else item for item in chunk]
 
     async def write(write_every: int | None) -> BulkResult:
         parsed = chunks()

@@ -3,7 +3,7 @@
 -- This file is the one place to read the SQL that runs: each definition below is the current one,
 -- whichever migration created or last replaced it. Migrations carry frozen copies (they never read
 -- this file, nor one another); a change is made here and copied into a new migration.
--- tests/test_sql_definitions.py holds the two to each other: on a migrated database it drops every
+-- tests/db/test_sql_definitions.py holds the two to each other: on a migrated database it drops every
 -- catalog function (and with them the triggers), runs this file, and compares pg_get_functiondef
 -- and pg_get_triggerdef before and after, indentation aside; a function or trigger only one of
 -- them has fails it too.
