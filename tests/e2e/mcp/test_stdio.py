@@ -39,7 +39,7 @@ from tests.mcp_helpers import (
 )
 from tests.processes import catalog_env, run_catalog
 
-pytestmark = pytest.mark.asyncio(loop_scope="session")
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.process]
 
 WATCHED = "test://watched-resource"
 SRC = types.ResourceTemplateReference(type="ref/resource", uri="file:///project/src/{name}")

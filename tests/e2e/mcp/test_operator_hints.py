@@ -30,7 +30,7 @@ from tests.mcp_helpers import (
 )
 from tests.processes import catalog_env, run_catalog
 
-pytestmark = pytest.mark.asyncio(loop_scope="session")
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.process]
 
 MODES = ["on", "off", "shadow"]  # CATALOG_MCP_FAST_PATH: each executor, and both compared
 EXTRA = 2100  # resources under test://many/, so a page of 1000 is full twice
