@@ -38,7 +38,7 @@ from fastapi import FastAPI, Query
 from fastapi.responses import JSONResponse
 from starlette.applications import Starlette
 
-# What catalog answers with (catalog.mcp.adapter's READ_TTL_MS / LIST_TTL_MS), so the floor's bodies
+# What catalog answers with by default (CATALOG_READ_TTL_MS / CATALOG_LIST_TTL_MS), so the floor's bodies
 # are as long as catalog's; a constant here keeps the floor's process free of catalog imports.
 FLOOR_TTL_MS = 10_000
 FLOOR_PAGE = 100
@@ -120,11 +120,12 @@ def catalog_app() -> FastAPI:
     from catalog.core.resources import LISTING_COLUMNS, record_from_row
     from catalog.db.engine import TenantScope, transaction
     from catalog.db.models import resources
-    from catalog.mcp.context import LIST_TTL_MS, READ_TTL_MS, SERVER_NAME, SERVER_VERSION
+    from catalog.mcp.context import SERVER_NAME, SERVER_VERSION
     from catalog.mcp.handlers import to_resource
     from catalog.settings import get_settings
 
-    app = create_app(get_settings())
+    settings = get_settings()
+    app = create_app(settings)
     server_info = {
         "io.modelcontextprotocol/serverInfo": {
             "name": SERVER_NAME,
@@ -144,7 +145,7 @@ def catalog_app() -> FastAPI:
         return _rpc(
             {
                 "contents": [{"uri": row.uri, "mimeType": row.mime_type, "text": row.text}],
-                "ttlMs": READ_TTL_MS,
+                "ttlMs": settings.read_ttl_ms,
                 "cacheScope": "private",
                 "resultType": "complete",
                 "_meta": server_info,
@@ -168,7 +169,7 @@ def catalog_app() -> FastAPI:
         page = types.ListResourcesResult(
             resources=[to_resource(record_from_row(row)) for row in rows[:limit]],
             next_cursor=str(offset + limit) if len(rows) > limit else None,
-            ttl_ms=LIST_TTL_MS,
+            ttl_ms=settings.list_ttl_ms,
             cache_scope="private",
         )
         return _rpc({**page.model_dump(by_alias=True, exclude_none=True, mode="json"), "_meta": server_info})

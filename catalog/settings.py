@@ -23,6 +23,13 @@ if TYPE_CHECKING:
     # SQLAlchemy is imported where a URL is read: `catalog --help` reads none.
     from sqlalchemy.engine import URL
 
+DEFAULT_READ_TTL_MS = 10_000
+DEFAULT_LIST_TTL_MS = 10_000
+DEFAULT_TEMPLATES_TTL_MS = 60_000
+MAX_TTL_MS = 2**31 - 1  # a day is 86,400,000: the bound only keeps the value an int32 in every client
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
 LOOPBACK_ORIGINS = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
 
@@ -109,6 +116,13 @@ class Settings(BaseSettings):
     # ``shadow`` the fast path, then the SDK's handlers run the same request (their answer is not
     # sent) and every difference is logged and counted (catalog_mcp_fast_path_differences_total).
     mcp_fast_path: Literal["on", "off", "shadow"] = "on"
+    # The ``ttlMs`` of MCP results (CACHE-*): how long a client may answer again from its cache (the
+    # SDK's client does) instead of asking; 0 says not to keep it. Reads, list pages, template pages.
+    read_ttl_ms: int = Field(default=DEFAULT_READ_TTL_MS, ge=0, le=MAX_TTL_MS)
+    list_ttl_ms: int = Field(default=DEFAULT_LIST_TTL_MS, ge=0, le=MAX_TTL_MS)
+    templates_ttl_ms: int = Field(default=DEFAULT_TEMPLATES_TTL_MS, ge=0, le=MAX_TTL_MS)
+    # Entries per ``resources/list`` and ``resources/templates/list`` page (both executors).
+    page_size: int = Field(default=DEFAULT_PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE)
     # The catalogue as read-only MCP tools (``search_resources``, ``list_resources``,
     # ``read_resource``; catalog.mcp.tools) besides the resource methods: ``off`` serves no tools
     # and advertises no ``tools`` capability.

@@ -11,11 +11,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from catalog.cli import backup, grants, migrate, serve, templates, tenants, tokens, transfer
+from catalog.cli import backup, grants, migrate, serve, stdio, templates, tenants, tokens, transfer
 from catalog.config_error import ConfigError
 
 # In the order `catalog --help` lists them.
-COMMAND_MODULES = (serve, migrate, tenants, tokens, grants, templates, transfer, backup)
+COMMAND_MODULES = (serve, stdio, migrate, tenants, tokens, grants, templates, transfer, backup)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

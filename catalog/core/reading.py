@@ -69,8 +69,12 @@ from catalog.core.visibility import Visibility, load_visibility
 from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import resources, templates
 
-PAGE_SIZE = 100
-"""Items per page of ``resources/list`` and ``resources/templates/list`` (the server's choice)."""
+
+def page_size(catalog: Catalog) -> int:
+    """Items per page of ``resources/list`` and ``resources/templates/list``: the operator's
+    ``CATALOG_PAGE_SIZE``, the one value both executors page by."""
+    return catalog.settings.page_size
+
 
 DIRECTORY_MAX_ITEMS = 100
 """Most content items one read of an ``inode/directory`` returns."""
@@ -150,6 +154,8 @@ class ReadOutcome:
     consent_message: str | None = None
     # A directory read stopped at DIRECTORY_MAX_ITEMS / DIRECTORY_MAX_BYTES.
     truncated: bool = False
+    # The stored resource's own cache hint (``resources.ttl_ms``); None: the server's.
+    ttl_ms: int | None = None
 
     @property
     def needs_consent(self) -> bool:
@@ -176,12 +182,12 @@ def canonical_uri(uri: str) -> str:
 async def resources_page(
     catalog: Catalog, principal: Principal, cursor: str | None
 ) -> tuple[list[ResourceRecord], str | None]:
-    """One page (``PAGE_SIZE``) of visible resources in URI byte order; ``InvalidCursor`` on a bad cursor."""
+    """One page (:func:`page_size`) of visible resources in URI byte order; ``InvalidCursor`` on a bad cursor."""
     tenant_id = tenant_of(principal)
     async with transaction(catalog.engine, TenantScope.tenant(tenant_id)) as conn:
         visibility = await load_visibility(conn, principal, tenant_id)
         return await list_page(
-            catalog, conn, visibility, listing=RESOURCE_LISTING, cursor=cursor, limit=PAGE_SIZE
+            catalog, conn, visibility, listing=RESOURCE_LISTING, cursor=cursor, limit=page_size(catalog)
         )
 
 
@@ -192,28 +198,34 @@ async def templates_page(
     async with transaction(catalog.engine, TenantScope.tenant(tenant_id)) as conn:
         visibility = await load_visibility(conn, principal, tenant_id)
         return await template_page(
-            catalog, conn, visibility, listing=TEMPLATE_LISTING, cursor=cursor, limit=PAGE_SIZE
+            catalog, conn, visibility, listing=TEMPLATE_LISTING, cursor=cursor, limit=page_size(catalog)
         )
 
 
 async def filtered_page(
     catalog: Catalog, principal: Principal, filters: ListingFilter, cursor: str | None, *, listing: str
 ) -> tuple[list[ResourceRecord], str | None]:
-    """One page (``PAGE_SIZE``) of the visible resources passing ``filters``: with a query, the
+    """One page (:func:`page_size`) of the visible resources passing ``filters``: with a query, the
     search the admin API's ``?q=`` runs (metadata matches first, then text matches, each in URI
     order); else in URI byte order. ``InvalidCursor`` on a bad cursor."""
     tenant_id = tenant_of(principal)
     async with transaction(catalog.engine, TenantScope.tenant(tenant_id)) as conn:
         visibility = await load_visibility(conn, principal, tenant_id)
         return await list_page(
-            catalog, conn, visibility, listing=listing, cursor=cursor, limit=PAGE_SIZE, filters=filters
+            catalog,
+            conn,
+            visibility,
+            listing=listing,
+            cursor=cursor,
+            limit=page_size(catalog),
+            filters=filters,
         )
 
 
 async def folder_page(
     catalog: Catalog, principal: Principal, prefix: str, cursor: str | None
 ) -> tuple[list[TreeEntry], str | None]:
-    """One page (``PAGE_SIZE``) of one level of the URI tree at ``prefix`` (the root when empty):
+    """One page (:func:`page_size`) of one level of the URI tree at ``prefix`` (the root when empty):
     the visible resources there and the folders (prefixes ending in ``/``) something visible is
     under, in URI byte order, as the admin API's tree shows them."""
     return await tree_page(
@@ -222,7 +234,7 @@ async def folder_page(
         tenant_of(principal),
         prefix=prefix,
         cursor=cursor,
-        limit=PAGE_SIZE,
+        limit=page_size(catalog),
         listing=TREE_LISTING,
     )
 
@@ -272,8 +284,8 @@ async def read_resource(
                 )
             if record.is_directory:
                 contents, truncated = await _directory_contents(conn, visibility, record)
-                return ReadOutcome(uri, contents, truncated=truncated)
-            return ReadOutcome(uri, await _contents_of(conn, record, uri))
+                return ReadOutcome(uri, contents, truncated=truncated, ttl_ms=record.ttl_ms)
+            return ReadOutcome(uri, await _contents_of(conn, record, uri), ttl_ms=record.ttl_ms)
         rendered = await _rendered_template(conn, visibility, key, uri)
         if rendered is not None:
             return ReadOutcome(uri, [rendered])

@@ -88,6 +88,8 @@ resources = Table(
     Column("meta", JSONB, nullable=True),
     Column("tags", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
     Column("consent_message", Text, nullable=True),
+    # The ``ttlMs`` its reads carry (NULL: the server's CATALOG_READ_TTL_MS), migration 0014.
+    Column("ttl_ms", Integer, nullable=True),
     Column("text", Text, nullable=True),
     Column("blob_sha256", Text(collation="C"), nullable=True),
     Column("version", Integer, nullable=False, server_default=text("1")),
@@ -99,6 +101,7 @@ resources = Table(
     ForeignKeyConstraint(["tenant_id"], ["tenants.id"], ondelete="CASCADE"),
     ForeignKeyConstraint(["tenant_id", "blob_sha256"], ["blobs.tenant_id", "blobs.sha256"]),
     CheckConstraint("text IS NULL OR blob_sha256 IS NULL", name="one_content"),
+    CheckConstraint("ttl_ms >= 0", name="ttl_ms_range"),
     Index("ix_resources_tags", "tags", postgresql_using="gin"),
 )
 

@@ -18,9 +18,6 @@ SERVER_NAME = "catalog"
 SERVER_VERSION = "0.1.0"
 MCP_PATH = "/mcp"
 
-READ_TTL_MS = 10_000
-LIST_TTL_MS = 10_000
-TEMPLATES_TTL_MS = 60_000
 DISCOVER_TTL_MS = 300_000
 
 RESOURCE_NOT_FOUND_2025 = -32002  # 2025-11-25's recommendation; the SDK has no constant for it
@@ -49,9 +46,15 @@ def is_2026(ctx: Ctx) -> bool:
 
 
 def principal_of(ctx: Ctx) -> Principal:
-    """The principal the edge put in the ASGI scope of the HTTP request carrying this message."""
+    """The principal the edge put in the ASGI scope of the HTTP request carrying this message, or,
+    on a transport without HTTP requests (stdio, ``catalog.mcp.stdio``), the one its connection was
+    opened for, which that transport puts in the lifespan state it serves with."""
     request: Request | None = ctx.request
-    principal = request.scope.get("state", {}).get(PRINCIPAL_STATE_KEY) if request is not None else None
+    if request is not None:
+        principal = request.scope.get("state", {}).get(PRINCIPAL_STATE_KEY)
+    else:
+        state = ctx.lifespan_context
+        principal = state.get(PRINCIPAL_STATE_KEY) if isinstance(state, dict) else None
     if principal is None:
         raise MCPError(types.INTERNAL_ERROR, "No authenticated principal for this request")
     return principal

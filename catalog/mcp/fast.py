@@ -60,6 +60,7 @@ from catalog.mcp.handlers import listing_fields
 from catalog.mcp.results import cache_hints, completion_fields, content_fields, stamped
 from catalog.observability import metrics, tracing
 from catalog.observability.context import note_mcp, note_principal
+from catalog.settings import Settings
 
 READ = "resources/read"
 LIST = "resources/list"
@@ -231,11 +232,18 @@ def _listen_request(request_id: str | int, params: dict[str, Any]) -> FastReques
 
 
 def response_body(
-    request: FastRequest, result: dict[str, Any], principal: Principal, server_info: dict[str, Any]
+    request: FastRequest,
+    result: dict[str, Any],
+    principal: Principal,
+    server_info: dict[str, Any],
+    settings: Settings,
 ) -> bytes:
     """The JSON-RPC response the SDK sends for ``result`` after its serialisation (the handlers'
     cache hints, ``resultType``, the ``serverInfo`` stamp: ``catalog.mcp.results``)."""
-    result.update(cache_hints(request.method, principal))
+    own = result.pop("ttlMs", None)  # a read's resource may set its own
+    result.update(cache_hints(request.method, principal, settings))
+    if own is not None:
+        result["ttlMs"] = own
     response = {"jsonrpc": "2.0", "id": request.request_id, "result": stamped(result, server_info)}
     try:
         return orjson.dumps(response)  # a page of a hundred resources: several times json's speed
@@ -273,7 +281,10 @@ async def _fast_answer(
         read = await fast_read(catalog, request.uri, token=token, principal=principal)
         if read is None:
             return None
-        return read.principal, {"contents": [content_fields(read.content)]}
+        result = {"contents": [content_fields(read.content)]}
+        if read.ttl_ms is not None:  # the resource's own, over the operator's (response_body)
+            result["ttlMs"] = read.ttl_ms
+        return read.principal, result
     if request.method == LIST:
         page = await fast_resources_page(catalog, request.cursor, token=token, principal=principal)
         if page is None:
@@ -327,7 +338,7 @@ async def answer_fast(
     if answered is None:
         return None
     principal, result = answered
-    body = response_body(request, result, principal, server_info)
+    body = response_body(request, result, principal, server_info, catalog.settings)
     note_principal(scope, principal)
     note_mcp(scope, request.method, "2026", None)
     requests, duration, plain = _method_metrics(request.method)

@@ -164,7 +164,7 @@ def list_resources(
         return types.ListResourcesResult(
             resources=[to_resource(r) for r in records],
             next_cursor=next_cursor,
-            **cache_hints(results.LIST, principal),
+            **cache_hints(results.LIST, principal, endpoint.catalog.settings),
         )
 
     return handler
@@ -189,7 +189,7 @@ def list_templates(
         return types.ListResourceTemplatesResult(
             resource_templates=[to_template(t) for t in records],
             next_cursor=next_cursor,
-            **cache_hints(results.TEMPLATES, principal),
+            **cache_hints(results.TEMPLATES, principal, endpoint.catalog.settings),
         )
 
     return handler
@@ -314,7 +314,7 @@ def read_resource(
         if isinstance(read, types.InputRequiredResult):
             return read
         # A read that needed consent is never cached.
-        ttl_ms = 0 if read.consented else results.CACHE_TTL_MS[results.READ]
+        ttl_ms = 0 if read.consented else results.read_ttl_ms(read.outcome.ttl_ms, endpoint.catalog.settings)
         return types.ReadResourceResult(
             contents=to_contents(read.outcome.contents),
             ttl_ms=ttl_ms,

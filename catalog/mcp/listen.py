@@ -27,7 +27,7 @@ from catalog.core.catalog import Catalog
 from catalog.core.watching import Delivery, SubscriptionsRefused, Watch, open_watch, subscription_uris
 from catalog.events.hub import EventHub
 from catalog.mcp.context import CREDENTIAL_ENDED, Ctx, principal_of, tenant_of
-from catalog.mcp.sdk_private import listen_sink
+from catalog.mcp.sdk_private import has_listen_sink, listen_sink
 from catalog.mcp.streams import Ending, SseStream
 from catalog.mcp.wire import sse_frame
 
@@ -141,9 +141,11 @@ class ListenStreams:
             raise refused
         uris, honoured = listen_terms(params.notifications, live=hub is not None)
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: sid}  # same JSON type as the request id
-        sink = listen_sink(ctx)
+        duplex = not has_listen_sink(ctx)  # stdio: no SSE response, notifications on the pipe
+        sink = None if duplex else listen_sink(ctx)
 
         async def write(message: Message) -> None:
+            assert sink is not None
             await sink.send(message["body"])
 
         credentials = self._host.catalog.credential_watch
@@ -172,19 +174,70 @@ class ListenStreams:
                             ),
                             related_request_id=sid,
                         )
-                        # The SDK's writer beneath sends the keep-alives, and cancels this
-                        # handler when the client goes: the stream waits for no disconnect.
-                        stream = SseStream(hold, keep_alive=False)
-                        async with anyio.create_task_group() as tasks:
-                            if subscription is not None:
-                                tasks.start_soon(self._feed, stream, subscription, watch, uris, meta)
-                            await stream.run(_no_disconnect, write)
-                            tasks.cancel_scope.cancel()
-                if hold is not None and hold.reason is not None:
-                    raise credential_ended(hold.reason)
+                        if duplex:
+                            await self._notify(ctx, sid, subscription, watch, uris, meta, hold)
+                        else:
+                            await self._stream(hold, subscription, watch, uris, meta, write)
+                return self._ended(hold, meta)
         finally:
             self._scopes.discard(scope)
-        return types.SubscriptionsListenResult(_meta=meta)  # graceful end (SUB-10)
+
+    async def _stream(
+        self,
+        hold: Any,
+        subscription: Any,
+        watch: Watch,
+        uris: dict[str, str],
+        meta: dict[str, Any],
+        write: Any,
+    ) -> None:
+        """A listen on the SDK's HTTP entry: SSE frames written to its response. The SDK's writer
+        beneath sends the keep-alives, and cancels this handler when the client goes: the stream
+        waits for no disconnect."""
+        stream = SseStream(hold, keep_alive=False)
+        async with anyio.create_task_group() as tasks:
+            if subscription is not None:
+                tasks.start_soon(self._feed, stream, subscription, watch, uris, meta)
+            await stream.run(_no_disconnect, write)
+            tasks.cancel_scope.cancel()
+
+    @staticmethod
+    def _ended(hold: Any, meta: dict[str, Any]) -> types.SubscriptionsListenResult:
+        """The listen's response: its graceful result (SUB-10), or the error of its credential's end."""
+        if hold is not None and hold.reason is not None:
+            raise credential_ended(hold.reason)
+        return types.SubscriptionsListenResult(_meta=meta)
+
+    async def _notify(
+        self,
+        ctx: Ctx,
+        sid: Any,
+        subscription: Any,
+        watch: Watch,
+        uris: dict[str, str],
+        meta: dict[str, Any],
+        hold: Any,
+    ) -> None:
+        """A listen on a duplex transport (stdio): each delivery's notifications sent through the
+        SDK's session, tied to the listen's request, until the hub closes the subscription, the
+        credential ends or the client cancels the listen."""
+        async with anyio.create_task_group() as tasks:
+            if hold is not None:
+
+                async def end_with_credential() -> None:
+                    await hold.ended()
+                    tasks.cancel_scope.cancel()
+
+                tasks.start_soon(end_with_credential)
+            if subscription is None:
+                await anyio.sleep_forever()
+            async for batch in subscription:
+                delivery = as_subscribed(await watch.decide(batch), uris)
+                for message in delivery_notifications(delivery, meta):
+                    del message["jsonrpc"]
+                    notification = types.server_notification_adapter.validate_python(message)
+                    await ctx.session.send_notification(notification, related_request_id=sid)
+            tasks.cancel_scope.cancel()
 
     async def _feed(
         self, stream: SseStream, subscription: Any, watch: Watch, uris: dict[str, str], meta: dict[str, Any]

@@ -14,22 +14,39 @@ from typing import Any
 
 from catalog.core.principal import Principal
 from catalog.core.reading import Content
-from catalog.mcp.context import LIST_TTL_MS, READ_TTL_MS, TEMPLATES_TTL_MS, cache_scope
+from catalog.mcp.context import cache_scope
+from catalog.settings import Settings
 
 READ = "resources/read"
 LIST = "resources/list"
 TEMPLATES = "resources/templates/list"
-# Each result's time to live (CACHE-*); completion has none. A read that needed consent is never
-# cached (``ttlMs: 0``, the handlers' ``finished``).
-CACHE_TTL_MS = {READ: READ_TTL_MS, LIST: LIST_TTL_MS, TEMPLATES: TEMPLATES_TTL_MS}
 SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
 
 
-def cache_hints(method: str, principal: Principal) -> dict[str, Any]:
+def ttl_ms(method: str, settings: Settings) -> int | None:
+    """Each result's time to live (CACHE-*), as the operator set it (``CATALOG_READ_TTL_MS``,
+    ``_LIST_``, ``_TEMPLATES_``); completion has none. A read that needed consent is never cached
+    (``ttlMs: 0``, the handlers' ``finished``)."""
+    if method == READ:
+        return settings.read_ttl_ms
+    if method == LIST:
+        return settings.list_ttl_ms
+    if method == TEMPLATES:
+        return settings.templates_ttl_ms
+    return None
+
+
+def read_ttl_ms(own: int | None, settings: Settings) -> int:
+    """A read's ``ttlMs``: the resource's own (a curator's ``ttlMs``), else the operator's."""
+    return settings.read_ttl_ms if own is None else own
+
+
+def cache_hints(method: str, principal: Principal, settings: Settings) -> dict[str, Any]:
     """``ttlMs`` and ``cacheScope`` of ``method``'s result for ``principal`` (none for completion)."""
-    if method not in CACHE_TTL_MS:
+    ttl = ttl_ms(method, settings)
+    if ttl is None:
         return {}
-    return {"ttlMs": CACHE_TTL_MS[method], "cacheScope": cache_scope(principal)}
+    return {"ttlMs": ttl, "cacheScope": cache_scope(principal)}
 
 
 def content_fields(content: Content) -> dict[str, Any]:

@@ -39,6 +39,17 @@ def listen_sink(ctx: ServerRequestContext[Any, Any]) -> MemoryObjectSendStream[b
     return sink
 
 
+def has_listen_sink(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether this listen came on the SDK's single-exchange HTTP entry (it has an SSE sink); on a
+    duplex transport (stdio) its notifications go out as the SDK's typed notifications instead."""
+    from mcp.server._streamable_http_modern import (  # pyright: ignore[reportPrivateUsage]
+        _SingleExchangeDispatchContext,
+    )
+
+    outbound = ctx.session._request_outbound  # pyright: ignore[reportPrivateUsage]
+    return isinstance(outbound, _SingleExchangeDispatchContext)
+
+
 def sdk_tracing_middleware_index(middleware: list[Any]) -> int:
     """Where the SDK's own OpenTelemetry middleware (on by default, it opens the MCP method's span)
     sits in a server's middleware list; -1 if absent."""

@@ -215,8 +215,9 @@ class BatchingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self.flush()
 
 
-def logging_config(log_format: LogFormat | None = None) -> dict[str, Any]:
-    """uvicorn's ``log_config``: everything to stdout in one format; uvicorn's access log silent.
+def logging_config(log_format: LogFormat | None = None, *, stream: str = "stdout") -> dict[str, Any]:
+    """uvicorn's ``log_config``: everything to stdout (``catalog stdio``: stderr, stdout is its
+    protocol) in one format; uvicorn's access log silent.
 
     No line names its thread, process or source line, so records skip looking them up (the logging
     module's documented optimisations: a record is made per request)."""
@@ -228,7 +229,7 @@ def logging_config(log_format: LogFormat | None = None) -> dict[str, Any]:
     handler = {
         "class": f"{BatchingStreamHandler.__module__}.{BatchingStreamHandler.__qualname__}",
         "formatter": "catalog",
-        "stream": "ext://sys.stdout",
+        "stream": f"ext://sys.{stream}",
     }
     quiet = {"handlers": [], "level": "WARNING", "propagate": False}
     return {

@@ -351,6 +351,7 @@ RICH = [
         },
         "tags": ["zeta", "alpha"],
         "consentMessage": "Say why",
+        "ttlMs": 2500,
         "_meta": {"vendor/key": {"nested": [1, "two", None, True]}},
         "text": "# Rich 🌍\nline two\u2028\n",
     },
@@ -373,6 +374,7 @@ COMPARED = [
     "meta",
     "tags",
     "consent_message",
+    "ttl_ms",
     "text",
     "blob_sha256",
 ]

@@ -590,3 +590,37 @@ async def test_a_download_link_opened_directly_runs_no_script_from_the_blob(
         assert (await download.path()).read_bytes() == data  # the bytes, saved, not rendered
     finally:
         await opened.close()
+
+
+async def test_a_curator_sets_a_resources_cache_hint_and_a_bad_one_is_named(
+    page: Any, server: Served, api: httpx.AsyncClient
+) -> None:
+    uri = "file:///notes/often-changed.md"
+    created = await api.put(
+        f"/tenants/{TENANT}/resources", params={"uri": uri}, json={"name": "often", "text": "v1"}
+    )
+    rid = created.json()["id"]
+    await sign_in(page, server)
+    await open_hash(page, server, f"/t/{TENANT}/r/{rid}")
+    assert await page.inner_text("#ttl") == "server default"
+    await page.click("#edit-link")
+    await page.fill("#edit-ttl", "1.5")
+    await page.click("#save")
+    problem = await page.wait_for_selector("#save-result .problem")
+    assert "422" in await problem.inner_text() and "/ttlMs" in await problem.inner_text()
+    await page.fill("#edit-ttl", "2500")
+    await page.click("#save")
+    await page.wait_for_selector("#ttl:text-is('2500 ms')")
+    assert (await api.get(f"/tenants/{TENANT}/resources/{rid}")).json()["ttlMs"] == 2500
+    token = (await api.post(f"/tenants/{TENANT}/tokens", json={"admin": True})).json()["token"]
+    transport = streamable_http_client(
+        f"{server.base_url}/mcp", http_client=httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"})
+    )
+    async with Client(transport, mode=MODERN, cache=None) as client:
+        read = await client.read_resource(uri)
+    assert read.ttl_ms == 2500  # what an agent's client is told to keep it for
+    await page.click("#edit-link")
+    await page.fill("#edit-ttl", "")
+    await page.click("#save")
+    await page.wait_for_selector("#ttl:text-is('server default')")
+    assert "ttlMs" not in (await api.get(f"/tenants/{TENANT}/resources/{rid}")).json()

@@ -64,7 +64,6 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 
-import catalog.core.reading as reading
 from catalog.app import create_app
 from catalog.mcp.context import CREDENTIAL_ENDED
 from tests.conftest import _admin
@@ -387,17 +386,16 @@ def live(postgres_server: Any, template_database: str, tmp_path_factory: Any) ->
         postgres_server.url_for(name),
         home / "home",
         public_tenant=PUBLIC,
+        page_size=PAGE,
         oauth_issuer=ISSUER,
         oauth_audience=AUDIENCE,
         oauth_jwks=str(issuer.jwks_path),
     )
     try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(reading, "PAGE_SIZE", PAGE)
-            with serve(create_app(app_settings)) as (base_url, _server_loop, _stop):
-                state = Live(base_url, postgres_server.dsn_for(name), issuer, loop)
-                loop.run_until_complete(_create_public_tenant(state))
-                yield state
+        with serve(create_app(app_settings)) as (base_url, _server_loop, _stop):
+            state = Live(base_url, postgres_server.dsn_for(name), issuer, loop)
+            loop.run_until_complete(_create_public_tenant(state))
+            yield state
     finally:
         loop.run_until_complete(_admin(postgres_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         loop.close()

@@ -18,6 +18,14 @@ const T = (slug) => `tenants/${enc(slug)}`;
 
 // -- errors ---------------------------------------------------------------------------------------
 
+// The ttlMs field as sent: empty is null (the server's default), a number as typed, anything else
+// as the text it is, so the API's problem names the field rather than a NaN turning into null.
+function ttlValue(typed) {
+  const value = typed.trim();
+  if (value === "") return null;
+  return Number.isFinite(Number(value)) ? Number(value) : value;
+}
+
 function problemBox(err) {
   const p = err instanceof ApiError ? err.problem : { title: "Error", detail: String(err && err.message) };
   const status = err instanceof ApiError ? err.status : "";
@@ -341,7 +349,9 @@ async function resourcePage(slug, id, params) {
       ["MIME type", r.mimeType], ["Size", bytes(r.size)], ["ETag", h("code", { id: "etag" }, etag)], ["Version", String(r.version)],
       ["Tags", (r.tags || []).length ? r.tags.map((t) => h("span", { class: "tag" }, t)) : "—"],
       ["Annotations", r.annotations ? h("code", {}, JSON.stringify(r.annotations)) : "—"],
-      ["Consent message", r.consentMessage], ["Created", when(r.createdAt)], ["Updated", when(r.updatedAt)], ["Blob", r.blobSha256 ? h("code", {}, r.blobSha256) : null]];
+      ["Consent message", r.consentMessage],
+      ["Cache hint", h("span", { id: "ttl" }, r.ttlMs === undefined || r.ttlMs === null ? "server default" : `${r.ttlMs} ms`)],
+      ["Created", when(r.createdAt)], ["Updated", when(r.updatedAt)], ["Blob", r.blobSha256 ? h("code", {}, r.blobSha256) : null]];
     for (const [k, v] of pairs) if (v !== undefined && v !== null && v !== "") append(meta, [h("dt", {}, k), h("dd", {}, v)]);
     const preview = h("section", { class: "preview", id: "preview" });
     const notice = h("div", { id: "live-notice" });
@@ -372,6 +382,8 @@ async function resourcePage(slug, id, params) {
       description: h("input", { id: "edit-description", value: r.description || "", size: 60 }),
       mimeType: h("input", { id: "edit-mime", value: r.mimeType || "", size: 24 }),
       tags: h("input", { id: "edit-tags", value: (r.tags || []).join(", "), size: 40 }),
+      // How long an agent's client may keep a read of it (ttlMs); empty: the server's default.
+      ttlMs: h("input", { id: "edit-ttl", value: r.ttlMs ?? "", size: 12, inputmode: "numeric", placeholder: "server default" }),
     };
     const hasText = r.text !== undefined && r.text !== null || (!r.blobSha256 && r.mimeType !== "inode/directory");
     const text = hasText ? h("textarea", { id: "edit-text", spellcheck: false }) : null;
@@ -380,6 +392,7 @@ async function resourcePage(slug, id, params) {
     const form = h("form", { id: "edit-form" }, h("h2", {}, "Edit"),
       field("Name", fields.name), field("Title", fields.title), field("Description", fields.description),
       field("MIME type", fields.mimeType), field("Tags (comma separated)", fields.tags),
+      field("Cache hint in ms (ttlMs; empty: the server's default)", fields.ttlMs),
       text ? field("Text", text) : null,
       h("button", { type: "submit", id: "save" }, "Save"), " ", link("Cancel", `#/t/${enc(slug)}/r/${id}`), out);
     function body() {
@@ -389,6 +402,7 @@ async function resourcePage(slug, id, params) {
         description: fields.description.value || null,
         mimeType: fields.mimeType.value || null,
         tags: fields.tags.value.split(",").map((t) => t.trim()).filter(Boolean),
+        ttlMs: ttlValue(fields.ttlMs.value),
       };
       if (text) b.text = text.value;
       return b;

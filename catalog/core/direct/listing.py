@@ -61,7 +61,12 @@ async def fast_resources_page(
         except InvalidCursor:
             guess = None  # the full path decides, with the visibility the statement finds
         else:
-            selectors = (guess.everything, *guess.page_selectors(), after or "", reading.PAGE_SIZE + 1)
+            selectors = (
+                guess.everything,
+                *guess.page_selectors(),
+                after or "",
+                reading.page_size(catalog) + 1,
+            )
     async with self_scoped_driver(catalog.engine) as driver:
         found = await driver.fetch(_FAST_PAGE, *arguments, *selectors)
     standing = standing_of(found[0], principal) if found else None
@@ -78,11 +83,11 @@ async def fast_resources_page(
                 found[1:],
                 FAST_PAGE_LISTED,
                 listing=RESOURCE_LISTING,
-                limit=reading.PAGE_SIZE,
+                limit=reading.page_size(catalog),
             )
         else:
             found_entries, next_cursor = await visible_page(
-                catalog, visibility, listing=RESOURCE_LISTING, cursor=cursor, limit=reading.PAGE_SIZE
+                catalog, visibility, listing=RESOURCE_LISTING, cursor=cursor, limit=reading.page_size(catalog)
             )
             records = [entry_values(entry) for entry in found_entries]
     except InvalidCursor:

@@ -23,10 +23,11 @@ _NO_SELECTORS = (None, None, None, None, None)
 @dataclass(frozen=True)
 class FastRead:
     """A read :func:`fast_read` answered: who asked (its principal, as the token lookup would have
-    made it) and the one content item."""
+    made it), the one content item, and the resource's own cache hint (None: the server's)."""
 
     principal: Principal
     content: Content
+    ttl_ms: int | None = None
 
 
 async def fast_read(
@@ -77,7 +78,9 @@ async def fast_read(
     if row["resource_has_blob"]:
         if row["resource_blob"] is None:
             return None
-        return FastRead(reader, Content(uri, mime_type, blob=bytes(row["resource_blob"])))
-    if row["resource_text"] is None:
+        content = Content(uri, mime_type, blob=bytes(row["resource_blob"]))
+    elif row["resource_text"] is None:
         return None  # no content at all: the full path's empty answer
-    return FastRead(reader, Content(uri, mime_type, text=row["resource_text"]))
+    else:
+        content = Content(uri, mime_type, text=row["resource_text"])
+    return FastRead(reader, content, row["resource_ttl_ms"])

@@ -56,7 +56,7 @@ _CREATE_STAGING = f"""
 CREATE TEMP TABLE {STAGING} (
     line bigint NOT NULL, uri text COLLATE "C" NOT NULL, name text NOT NULL, title text,
     description text, mime_type text, icons jsonb, annotations jsonb, tags text[] NOT NULL,
-    consent_message text, meta jsonb, text text, blob_sha256 text COLLATE "C", size bigint,
+    consent_message text, ttl_ms integer, meta jsonb, text text, blob_sha256 text COLLATE "C", size bigint,
     snapshot jsonb NOT NULL, digest text NOT NULL
 ) ON COMMIT DROP
 """
@@ -66,7 +66,7 @@ _CREATE_BEFORE = f"CREATE TEMP TABLE {BEFORE} (id bigint PRIMARY KEY, digest tex
 # with what their digest before needs: metadata, and the text's sha256 (not the text).
 _CHANGED_ROWS = f"""
 SELECT r.id, r.uri, r.name, r.title, r.description, r.mime_type, r.size, r.icons, r.annotations,
-       r.tags, r.consent_message, r.meta, r.blob_sha256,
+       r.tags, r.consent_message, r.ttl_ms, r.meta, r.blob_sha256,
        encode(sha256(convert_to(r.text, 'UTF8')), 'hex') AS text_sha256
 FROM {STAGING} AS s JOIN resources AS r ON r.tenant_id = $1 AND r.uri = s.uri
 WHERE {differs("s")}
@@ -135,6 +135,7 @@ def prepare(location: str, line: int, body: ResourceIn, max_bytes: int) -> Prepa
         _json(columns["annotations"]),
         columns["tags"],
         columns["consent_message"],
+        columns["ttl_ms"],
         _json(columns["meta"]),
         text,
         sha,

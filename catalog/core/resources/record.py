@@ -27,6 +27,7 @@ METADATA_FIELDS = (
     "annotations",
     "tags",
     "consent_message",
+    "ttl_ms",
     "meta",
 )
 
@@ -75,6 +76,7 @@ class ResourceRecord(ListingEntry):
     tenant_id: int
     tags: tuple[str, ...]
     consent_message: str | None
+    ttl_ms: int | None
     blob_sha256: str | None
     version: int
     created_at: datetime
@@ -131,6 +133,7 @@ def snapshot_of(columns: Mapping[str, Any]) -> dict[str, Any]:
         "annotations": columns["annotations"],
         "tags": list(columns["tags"]),
         "consentMessage": columns["consent_message"],
+        "ttlMs": columns["ttl_ms"],
         "_meta": columns["meta"],
     }
     return {k: v for k, v in data.items() if v is not None}

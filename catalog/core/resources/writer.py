@@ -203,6 +203,7 @@ _ROW_TYPES = (
     ("annotations", "jsonb"),
     ("tags", "jsonb"),
     ("consent_message", "text"),
+    ("ttl_ms", "integer"),
     ("meta", "jsonb"),
     ("text", "text"),
     ("blob_sha256", "text"),

@@ -23,6 +23,20 @@ from catalog.core.schemas.base import (
     Uri,
 )
 
+MAX_TTL_MS = 2**31 - 1  # as CATALOG_READ_TTL_MS: an int32 in every client
+# A resource's own cache hint: what its reads answer as ``ttlMs`` (0: not to be kept); unset or
+# null, the server's ``CATALOG_READ_TTL_MS``. A JSON integer, never a string or a fraction.
+TtlMs = Annotated[
+    int,
+    Field(
+        strict=True,
+        ge=0,
+        le=MAX_TTL_MS,
+        description="milliseconds a client may keep a read of this resource (0: not at all);"
+        " null: the server's default",
+    ),
+]
+
 
 class ResourceFields(Model):
     """What a curator says about a resource (everything but its content)."""
@@ -36,6 +50,7 @@ class ResourceFields(Model):
     annotations: Annotations | None = None
     tags: list[Tag] | None = Field(default=None, max_length=MAX_TAGS)
     consent_message: LongText | None = None
+    ttl_ms: TtlMs | None = None
     meta: Meta | None = Field(default=None, alias="_meta")
 
 
@@ -88,6 +103,7 @@ class ResourcePatch(Model):
     annotations: Annotations | None = None
     tags: list[Tag] | None = Field(default=None, max_length=MAX_TAGS)
     consent_message: LongText | None = None
+    ttl_ms: TtlMs | None = None
     meta: Meta | None = Field(default=None, alias="_meta")
     text: str | None = None
     blob: str | None = None
@@ -119,6 +135,7 @@ class ResourceOut(Model):
     annotations: Annotations | None = None
     tags: list[str] = Field(default_factory=list)
     consent_message: str | None = None
+    ttl_ms: int | None = None
     meta: dict[str, Any] | None = Field(default=None, alias="_meta")
     version: int
     created_at: datetime

@@ -473,7 +473,8 @@ WHERE g.tenant_id = p_tenant AND g.scope = ANY(p_scopes)
 $$;
 
 -- A fast resources/read in one statement (0008; content only for a visible row, 0012; the grants
--- loaded by catalog_scope_grants, 0013, not for an admin's everything, 0016), as the caller
+-- loaded by catalog_scope_grants, 0013, not for an admin's everything, 0016;
+-- the resource's ttl_ms, 0014), as the caller
 -- (row-level security applies to every table it reads):
 -- 1. The principal: with p_hash, the live token's (catalog_token_principal); no row at all for an
 --    unknown, revoked or expired token. Without it, the principal the caller authenticated
@@ -501,7 +502,7 @@ RETURNS TABLE (
     grant_uris text[], grant_prefixes text[], grant_tags text[],
     resource_uri text, resource_mime_type text, resource_tags text[],
     resource_consent_message text, resource_text text, resource_blob bytea,
-    resource_has_blob boolean
+    resource_has_blob boolean, resource_ttl_ms integer
 )
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -544,9 +545,9 @@ BEGIN
     END IF;
     IF p_uri IS NOT NULL AND v_held THEN
         SELECT r.uri, r.mime_type, r.tags, r.consent_message, r.text, b.data,
-               r.blob_sha256 IS NOT NULL
+               r.blob_sha256 IS NOT NULL, r.ttl_ms
         INTO resource_uri, resource_mime_type, resource_tags, resource_consent_message,
-             resource_text, resource_blob, resource_has_blob
+             resource_text, resource_blob, resource_has_blob, resource_ttl_ms
         FROM resources AS r
         LEFT JOIN blobs AS b ON b.tenant_id = r.tenant_id AND b.sha256 = r.blob_sha256
         WHERE r.tenant_id = principal_tenant_id AND r.uri = p_uri

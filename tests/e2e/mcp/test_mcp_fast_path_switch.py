@@ -127,7 +127,9 @@ def test_shadow_logs_and_counts_a_difference_with_its_method_and_where_it_is(
     mode("shadow")
     shared = fast.cache_hints  # a fast path gone wrong: its own cache hints, not the shared ones
     monkeypatch.setattr(
-        fast, "cache_hints", lambda method, principal: {**shared(method, principal), "ttlMs": 1}
+        fast,
+        "cache_hints",
+        lambda method, principal, settings: {**shared(method, principal, settings), "ttlMs": 1},
     )
     _, _, different = read_counters()
     before = value(different)
