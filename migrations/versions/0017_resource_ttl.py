@@ -9,10 +9,9 @@ and completion select its columns by name and are unchanged).
 The text is frozen here; the current definition of every function is in
 ``catalog/db/sql/functions.sql``. Downgrade restores 0016's ``catalog_plain_read`` and drops the column.
 
-It follows 0016 (merged first, though numbered after it): 0016 replaced the same function with
-its old return type, which it could not do after this one.
+It follows 0016, which replaced the same function with its old return type.
 
-Revision ID: 0014
+Revision ID: 0017
 Revises: 0016
 Create Date: 2026-12-06 04:30:00.000000
 """
@@ -21,7 +20,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0014"
+revision: str = "0017"
 down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
