@@ -88,7 +88,7 @@ resources = Table(
     Column("meta", JSONB, nullable=True),
     Column("tags", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
     Column("consent_message", Text, nullable=True),
-    # The ``ttlMs`` its reads carry (NULL: the server's CATALOG_READ_TTL_MS), migration 0014.
+    # The ``ttlMs`` its reads carry (NULL: the server's CATALOG_READ_TTL_MS), migration 0017.
     Column("ttl_ms", Integer, nullable=True),
     Column("text", Text, nullable=True),
     Column("blob_sha256", Text(collation="C"), nullable=True),

@@ -474,7 +474,7 @@ $$;
 
 -- A fast resources/read in one statement (0008; content only for a visible row, 0012; the grants
 -- loaded by catalog_scope_grants, 0013, not for an admin's everything, 0016;
--- the resource's ttl_ms, 0014), as the caller
+-- the resource's ttl_ms, 0017), as the caller
 -- (row-level security applies to every table it reads):
 -- 1. The principal: with p_hash, the live token's (catalog_token_principal); no row at all for an
 --    unknown, revoked or expired token. Without it, the principal the caller authenticated

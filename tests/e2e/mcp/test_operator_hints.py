@@ -150,7 +150,7 @@ async def test_a_bad_value_ends_serve_with_one_line_naming_it(tmp_path: Path, na
     assert done.stderr.startswith(f"catalog: {name}: ")
 
 
-# -- a curator's own ttlMs on a resource (migration 0014) --------------------------------------------
+# -- a curator's own ttlMs on a resource (migration 0017) --------------------------------------------
 
 OWN = "test://own-ttl"
 
