@@ -18,7 +18,7 @@ Each round, every loader a process of its own, reading the same JSONL file, each
 
 The COPY figures are the COPY statement's own time (the process also reports its whole wall time,
 start-up and parsing included); ``catalog import`` is timed as a whole process. Speed ratio per
-round: COPY time / import time (issue 13's goal: at least 0.2 of the plain COPY).
+round: COPY time / import time (goal 3: at least 0.2 of the plain COPY).
 
     python -m bench.bench_import [--resources 100000] [--rounds 2]
 """

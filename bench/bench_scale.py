@@ -211,7 +211,7 @@ async def _measure_http(
             "keyset_90_vs_first_ratio": paired_ratio(timings["keyset@90"], timings["keyset@0"]),
             "floor_90_vs_first_ratio": paired_ratio(timings["floor@90"], timings["floor@0"]),
             "offset_90_vs_first_ratio": paired_ratio(timings["offset@90"], timings["offset@0"]),
-            # Issue 13, goal 2: catalog's first page against the floor's first page, pair by pair.
+            # Goal 2: catalog's first page against the floor's first page, pair by pair.
             "first_page_vs_floor_ratio": paired_ratio(timings["keyset@0"], timings["floor@0"]),
             **{name: summary(samples) for name, samples in timings.items()},
         }

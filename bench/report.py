@@ -37,8 +37,8 @@ def _x(value: float) -> str:
 
 
 def goal_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
-    """Issue 13's goals (each a ratio in one run, through ``catalog serve`` with its defaults) and
-    issue 11's keep-alive row."""
+    """Goals 1-6 (each a ratio in one run, through ``catalog serve`` with its defaults) and the
+    keep-alive row."""
     rows: list[tuple[str, str, str, str]] = []
     scale, read, start, load_, fanout, keepalive = (
         results.get(k) for k in ("scale", "read", "start", "import", "fanout", "keepalive")
@@ -150,7 +150,7 @@ def goal_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         worst = max(keepalive["rows"], key=lambda row: row["keepalive_vs_fresh_ratio"])
         rows.append(
             (
-                "keep-alive vs fresh-connection request latency through `catalog serve` (issue 11; worst of"
+                "keep-alive vs fresh-connection request latency through `catalog serve` (worst of"
                 f" {len(keepalive['rows'])}: `/healthz` and `/mcp` read, on"
                 f" {' and '.join(map(str, keepalive['workers']))} workers)",
                 f"<= {KEEPALIVE_LIMIT}x",

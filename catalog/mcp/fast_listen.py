@@ -4,7 +4,7 @@ Through the SDK a listen stream is a request that never ends: its stateless requ
 task group of three tasks, a memory stream, the dispatch context and the request's models) plus
 the handler's own task group, hub subscription and watch, all held for as long as the stream is
 open: about 66 KiB of a worker's memory per idle stream, and one decision and one trip through
-the SDK's writer per stream per delivery (issue 13 item 4: 10,000 streams, under 32 KiB each).
+the SDK's writer per stream per delivery (the fan-out goal: 10,000 streams, under 32 KiB each).
 
 A plainly valid listen (``catalog.mcp.fast.fast_request``) is served here instead:
 

@@ -1,4 +1,4 @@
-"""Metrics, structured logs and traces (issue 15): what an operator watches catalog with.
+"""Metrics, structured logs and traces: what an operator watches catalog with.
 
 ``metrics`` (Prometheus, multiprocess), ``logs`` (JSON or text lines), ``tracing`` (OpenTelemetry,
 off unless the ``OTEL_*`` variables ask for it), ``middleware`` (the outermost ASGI layer: request

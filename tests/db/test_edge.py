@@ -1,6 +1,6 @@
 """The edge every request passes (``catalog.auth.edge``, ``catalog.auth.quotas``): Host and Origin on
-every route (HTTP-2, issue 12 item 6), request rates per caller with 429 and ``Retry-After`` (COMP-6,
-item 3), and stream quotas that refuse with 429 instead of an empty 200 (item 2)."""
+every route (HTTP-2), request rates per caller with 429 and ``Retry-After`` (COMP-6), and stream
+quotas that refuse with 429 instead of an empty 200."""
 
 from __future__ import annotations
 

@@ -483,7 +483,7 @@ def test_dsn_conversion() -> None:
     assert listener_dsn(url) == "postgresql://u:p%40ss@db:5433/catalog?ssl=require"
 
 
-# -- tags before and after (issue 12 items 10, 11) ------------------------------------------------
+# -- tags before and after ------------------------------------------------------------------------
 
 
 def test_parse_payload_reads_the_tags_before_and_after() -> None:

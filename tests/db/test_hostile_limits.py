@@ -1,4 +1,4 @@
-"""Request bounds (issue 6 point 4): body size and JSON nesting depth, on both surfaces.
+"""Request bounds: body size and JSON nesting depth, on both surfaces.
 
 ``catalog.auth.edge.EdgeGuard`` refuses, before any route or JSON parser runs: a body over the
 surface's limit (413; judged on Content-Length and on the bytes of a chunked body) and JSON nested

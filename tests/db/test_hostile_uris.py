@@ -1,4 +1,4 @@
-"""Traversal and URI-confusion payloads against every URI-taking surface (issue 6 point 4).
+"""Traversal and URI-confusion payloads against every URI-taking surface.
 
 Tenant ``acme`` holds ``file:///public/readme.txt`` and a template ``file:///public/{name}`` (both
 granted to scope ``pub`` by a ``uriPrefix`` grant on ``file:///public/``) and a secret at

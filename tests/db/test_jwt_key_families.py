@@ -1,4 +1,4 @@
-"""A forged JWT whose ``alg`` names the other key family (issue 12 item 4; AUTH-5, AUTH-10).
+"""A forged JWT whose ``alg`` names the other key family (AUTH-5, AUTH-10).
 
 The JWKS holds an RSA and an EC key. An unsigned token with ``{"alg": "RS256", "kid": <the EC
 key>}`` (or ES256 with the RSA key's kid, or any other mismatch) is an invalid token: 401 with a

@@ -1,4 +1,4 @@
-"""Connection pooling at scale (issue 15 items 6 and 7): behind PgBouncer, and when the pool runs out.
+"""Connection pooling at scale: behind PgBouncer, and when the pool runs out.
 
 With ``CATALOG_TEST_POOLER_URL`` set (a PgBouncer in transaction mode in front of the test server,
 ``scripts/pgbouncer.sh``; ``.ci/run`` runs this module, the MCP and the event modules that way) every

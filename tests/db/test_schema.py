@@ -302,13 +302,13 @@ async def test_every_key_includes_tenant_id_or_the_table_is_a_named_reference_ta
     assert "ix_tokens_token_hash" in names  # the key that makes tokens a reference table
 
 
-# -- migration 0004: per-tenant seq, tags in events, the platform audit log (issue 12) ---------------
+# -- migration 0004: per-tenant seq, tags in events, the platform audit log --------------------------
 
 
 async def test_each_tenant_numbers_its_own_changes_without_gaps_from_others(
     conn: asyncpg.Connection, notifications: Notifications
 ) -> None:
-    """Issue 12 item 15: interleaved writes of two tenants give each a feed numbered 1, 2, 3, ...:
+    """Interleaved writes of two tenants give each a feed numbered 1, 2, 3, ...:
     nothing in one tenant's numbering depends on how busy another is (payloads say the same)."""
     acme, globex = await make_tenant(conn, "acme"), await make_tenant(conn, "globex")
     insert = "INSERT INTO resources (tenant_id, uri, name) VALUES ($1, $2, 'r')"

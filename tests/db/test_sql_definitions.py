@@ -1,5 +1,5 @@
-"""The SQL that runs is the SQL in the package (issue 23 item 5), and a fast read sends content
-only for a row the caller may see (issue 23 item 4).
+"""The SQL that runs is the SQL in the package, and a fast read sends content
+only for a row the caller may see.
 
 ``catalog/db/sql/functions.sql`` holds the current definition of every function and trigger; the
 migrations carry frozen copies. On a freshly migrated database, every function of the schema (not
@@ -135,7 +135,7 @@ def test_migrations_read_neither_one_another_nor_the_package() -> None:
         assert not called & {"open", "exec", "eval", "__import__"}, script.name
 
 
-# -- content only for a visible row (issue 23 item 4) ---------------------------------------------
+# -- content only for a visible row ---------------------------------------------------------------
 
 BIG = 8 * 1024 * 1024
 HIDDEN = "file:///secret/big.bin"
@@ -228,7 +228,7 @@ def test_the_sql_definitions_ship_as_package_data() -> None:
     assert "CREATE OR REPLACE FUNCTION catalog_plain_read(" in sql_text()
 
 
-# -- one grant loader (issue 23 item 4) ------------------------------------------------------------
+# -- one grant loader ------------------------------------------------------------------------------
 
 
 def test_one_function_of_the_package_reads_the_grants_table() -> None:

@@ -87,7 +87,7 @@ async def test_change_feed_is_per_tenant(client: httpx.AsyncClient, tenant: str)
 async def test_a_tenants_change_feed_numbers_only_its_own_changes(
     client: httpx.AsyncClient, tenant: str
 ) -> None:
-    """Issue 12 item 15: another tenant's writes leave no gap in this tenant's seq, and ?after=
+    """Another tenant's writes leave no gap in this tenant's seq, and ?after=
     works as before."""
     await client.post(f"{API}/tenants", json={"slug": "busy"})
     for n in range(3):
@@ -107,7 +107,7 @@ async def test_a_tenants_change_feed_numbers_only_its_own_changes(
     ] == list(range(1, 16))
 
 
-# -- a complete audit log (issue 12 item 14) ----------------------------------------------------------
+# -- a complete audit log -----------------------------------------------------------------------------
 
 
 async def test_every_write_is_audited_with_digests_before_and_after(

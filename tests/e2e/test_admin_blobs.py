@@ -124,7 +124,7 @@ async def test_base64_blob_over_the_limit_in_a_resource_is_413_and_writes_nothin
         assert await db.fetchval(f"SELECT count(*) FROM {table}") == 0, table
 
 
-# -- safe downloads and one content limit (issue 12 item 16) -----------------------------------------
+# -- safe downloads and one content limit ------------------------------------------------------------
 
 ACTIVE_TYPES = [
     "text/html",

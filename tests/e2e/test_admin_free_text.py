@@ -1,4 +1,4 @@
-"""Free text and times from clients (issue 12 item 5): every text field has a size limit and refuses
+"""Free text and times from clients: every text field has a size limit and refuses
 NUL characters and unpaired surrogates with a 422 pointing at it; a time must exist in UTC. One rule
 (``catalog.core.schemas``), whichever surface the text comes through (admin API, CLI, core)."""
 

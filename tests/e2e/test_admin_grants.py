@@ -62,7 +62,7 @@ async def test_delete_grant_then_404(client: httpx.AsyncClient, tenant: str, db)
     assert ops == ["created", "deleted"]
 
 
-# -- what a uriPrefix is (issue 12 item 17) ------------------------------------------------------------
+# -- what a uriPrefix is -------------------------------------------------------------------------------
 
 
 async def test_a_prefix_that_does_not_end_at_a_boundary_is_granted_with_a_warning(

@@ -1,4 +1,4 @@
-"""Curator-supplied ``_meta`` is checked on write (issue 12 item 9; spec section 1.3, META-7,
+"""Curator-supplied ``_meta`` is checked on write (spec section 1.3, META-7,
 META-11): reserved prefixes, malformed key names and invalid W3C trace values are 422 with a JSON
 Pointer to the key; valid keys and values round-trip unchanged to the admin API and MCP."""
 

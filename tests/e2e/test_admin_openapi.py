@@ -22,8 +22,8 @@ CONTRACT = {
     "/admin/v1/tenants/{slug}/tokens/{id}": {"delete"},
     "/admin/v1/tenants/{slug}/audit": {"get"},
     "/admin/v1/tenants/{slug}/changes": {"get"},
-    "/admin/v1/audit": {"get"},  # the platform audit log (issue 12 item 14)
-    # The console's needs (issue 14)
+    "/admin/v1/audit": {"get"},  # the platform audit log
+    # The console's needs
     "/admin/v1/whoami": {"get"},
     "/admin/v1/tenants/{slug}/tree": {"get"},
     "/admin/v1/tenants/{slug}/resources/{id}/versions/{version}": {"get"},

@@ -1,7 +1,7 @@
 """The console in a real browser: Chromium (Debian's ``chromium``) driven by Playwright, against
 ``catalog serve`` in a subprocess on real PostgreSQL, with a tenant of 10,000 resources.
 
-Each test is a curator's task from issue 14 (sign in, browse and search, edit through a conflict,
+Each test is a curator's task in the console (sign in, browse and search, edit through a conflict,
 upload, restore, grant and watch an agent's view, tokens for an MCP client, live changes, tenant
 isolation, keyboard only, offline docs). Screenshots go to ``$CATALOG_CONSOLE_ARTIFACTS`` (default:
 a temporary directory); with ``CATALOG_CONSOLE_README_SHOTS=1`` the README's go to docs/console.

@@ -1,4 +1,4 @@
-"""Faults (issue 6 point 5): a real ``catalog serve`` process on an embedded PostgreSQL we control.
+"""Faults: a real ``catalog serve`` process on an embedded PostgreSQL we control.
 
 * PostgreSQL stopped under load: /readyz answers 503 at once; admin requests get 503 problem JSON
   (``Retry-After``), MCP requests a JSON-RPC ``-32603`` (HTTP 503 whether the failure is met while

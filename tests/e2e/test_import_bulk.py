@@ -1,4 +1,4 @@
-"""The set-based import of a JSONL file (issue 13 item 3): one transaction, COPY into a staging
+"""The set-based import of a JSONL file: one transaction, COPY into a staging
 table, one ``INSERT ... SELECT ... ON CONFLICT`` into resources, versions and audit rows written by
 the same statement, the change feed by the statement-level triggers of migration 0006 -- and the
 live side: one NOTIFY per statement, which a ``subscriptions/listen`` stream still turns into the

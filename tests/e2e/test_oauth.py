@@ -131,8 +131,8 @@ async def test_tokens_outside_their_window_audience_or_issuer_are_refused(
 async def test_a_jwt_without_a_subject_is_refused_so_callers_stay_apart(
     catalog: Catalog, issuer: Issuer
 ) -> None:
-    """Issue 12 item 13: tokens without ``sub`` were all one caller ("jwt:unknown"), sharing consent
-    request state and the audit trail's name."""
+    """A token without ``sub`` is refused: such tokens were all one caller ("jwt:unknown"), sharing
+    consent request state and the audit trail's name."""
     for sub in (None, "", "  "):
         with pytest.raises(Unauthenticated, match="no subject"):
             await authenticate(catalog, f"Bearer {issuer.token(tenant='acme', sub=sub)}")

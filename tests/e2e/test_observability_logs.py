@@ -1,4 +1,4 @@
-"""Structured logs (issue 15 item 2), from a real ``catalog serve``: one JSON line per request (JSON
+"""Structured logs from a real ``catalog serve``: one JSON line per request (JSON
 because stdout is not a terminal) with the request id it echoed, the route template or MCP method
 and era, tenant, principal id, status or JSON-RPC code and duration; never a secret; and no uvicorn
 access line beside it. ``CATALOG_LOG_FORMAT=text`` gives the same fields as text."""

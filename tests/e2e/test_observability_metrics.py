@@ -1,4 +1,4 @@
-"""``GET /metrics`` (issue 15 item 1): one consistent view over ``catalog serve --workers 2``, who may
+"""``GET /metrics``: one consistent view over ``catalog serve --workers 2``, who may
 read it (``CATALOG_METRICS_ACCESS``), MCP requests by method, era and outcome, stream and event
 metrics, and labels that never carry a URI or a secret.
 

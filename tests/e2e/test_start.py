@@ -1,4 +1,4 @@
-"""Start-up: what ``catalog serve`` (and every command) imports, and when (issue 13 item 6).
+"""Start-up: what ``catalog serve`` (and every command) imports, and when.
 
 A warm ``catalog serve`` is mostly Python imports, so what is deferred is pinned here: the core and
 the CLI never import the MCP SDK or alembic, the schema's revision and the scripts' head are read

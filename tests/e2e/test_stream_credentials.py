@@ -1,4 +1,4 @@
-"""A stream never outlives its credential (issue 12 item 1).
+"""A stream never outlives its credential.
 
 A ``subscriptions/listen`` stream ends with a JSON-RPC error (``-31002``, ``data.reason``) and a
 2025-11-25 GET stream is closed when the token that opened it is revoked or deleted -- through any

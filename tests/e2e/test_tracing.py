@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (issue 15 item 3): one ``resources/read`` over real HTTP with the official SDK
+"""OpenTelemetry traces: one ``resources/read`` over real HTTP with the official SDK
 client is one trace: the HTTP request, the MCP method inside it (the SDK's span), the SQL
 statements inside that, each with the tenant and principal, and no secret in any attribute.
 
@@ -194,7 +194,7 @@ async def test_statements_outside_any_request_are_not_traced(srv: Served, export
 async def test_tracing_on_keeps_a_plain_read_on_the_fast_path_with_the_sdks_span(
     srv: Served, exporter: Exported
 ) -> None:
-    """Issue 23 item 2: turning tracing on no longer moves traffic to the SDK path; the fast path
+    """Turning tracing on no longer moves traffic to the SDK path; the fast path
     opens the MCP method's span as the SDK's middleware does (name, kind, attributes)."""
     from opentelemetry.trace import SpanKind
 

@@ -1,4 +1,4 @@
-"""A JSON-RPC fuzzer on /mcp over real HTTP (issue 6 point 4).
+"""A JSON-RPC fuzzer on /mcp over real HTTP.
 
 Hypothesis sends malformed JSON, non-object bodies, batches, wrong types for ``jsonrpc``/``id``/
 ``method``/``params``, unknown methods, bad ``_meta`` envelopes (missing or mistyped keys, reserved

@@ -1,4 +1,4 @@
-"""Property-based leak test (issue 6, point 3): random tenants, resources, templates, grants and
+"""Property-based leak test: random tenants, resources, templates, grants and
 tokens, created through the admin API of a live server; for every principal, everything observable
 on every surface must be exactly what the visibility rule allows.
 
@@ -24,7 +24,7 @@ the admin listings of admin credentials (own tenant only; 403 elsewhere), 403 ``
 for the others, 401 for a revoked and an expired token, and the same list and reads in a 2025-11-25
 session. Fewer examples: ``CATALOG_LEAK_EXAMPLES=5``.
 
-Then (issue 12 items 10, 11) a marker resource is added to every tenant and two more rounds of
+Then a marker resource is added to every tenant and two more rounds of
 streams run, each waiting on the marker's ``updated`` (never on time): **directories** (streams
 subscribed only to directory URIs: a descendant fires exactly when it and a subscribed directory
 are visible, so a hidden directory never fires, however it is touched) and **tags** (every resource
@@ -32,7 +32,7 @@ re-tagged, a tag added or removed, or deleted: a stream hears ``updated`` exactl
 visible before or after, and ``list_changed`` exactly when its visible set changed), followed by the
 listings and reads of every principal against the re-tagged world.
 
-Last (issue 12 item 1), **revocation**: every opaque token is revoked through the admin API while it
+Last, **revocation**: every opaque token is revoked through the admin API while it
 listens; each stream ends with ``CREDENTIAL_ENDED`` before grants widen every scope, the anonymous
 caller and the JWT hear those grants, and every revoked token is refused on both surfaces.
 """
@@ -889,7 +889,7 @@ async def _all_set(events: list[asyncio.Event], tasks: list[asyncio.Task[None]])
             await asyncio.gather(waiting, return_exceptions=True)
 
 
-# -- directories and tags (issue 12 items 10, 11) ----------------------------------------------------
+# -- directories and tags ----------------------------------------------------------------------------
 
 MARKER = "file:///zz"  # stored only in these phases; both tags, so every tag grant sees it
 
@@ -1084,7 +1084,7 @@ async def check_listings(live: Live, oracle: Oracle, who: Who) -> None:
             assert got == want, (who.label, uri, "after re-tagging")
 
 
-# -- revocation (issue 12 item 1) ----------------------------------------------------------------------
+# -- revocation ----------------------------------------------------------------------------------------
 
 
 async def listen_until_lost(live: Live, who: Who, uris: list[str], acked: asyncio.Event) -> Any:

@@ -1,4 +1,4 @@
-"""Differential properties of the fast path (issue 23 item 3): where ``catalog.mcp.fast`` answers a
+"""Differential properties of the fast path: where ``catalog.mcp.fast`` answers a
 2026-07-28 request, its answer is the SDK handlers' answer to the same request, byte for byte once
 serialised canonically; where it does not, the SDK answers (so it refuses nothing the SDK accepts).
 
@@ -373,7 +373,7 @@ def test_the_properties_requests_reach_the_fast_path(srv: Served, http: httpx.Cl
 def test_client_capabilities_that_are_not_an_object_are_refused_on_both_paths(
     srv: Served, http: httpx.Client, method: str, caps: Any
 ) -> None:
-    """The audit's example (issue 23): ``clientCapabilities: 5`` was answered by the fast path where
+    """The audit's example: ``clientCapabilities: 5`` was answered by the fast path where
     the SDK refuses it; both now give the SDK's refusal."""
     params: dict[str, Any] = {"_meta": {**envelope(), "io.modelcontextprotocol/clientCapabilities": caps}}
     if method == READ:

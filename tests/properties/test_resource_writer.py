@@ -1,4 +1,4 @@
-"""One way to write a resource row (issue 23 item 6): a single write and an import run the same
+"""One way to write a resource row: a single write and an import run the same
 statement (``catalog.core.resources.writer``), so the same upserts leave the same rows.
 
 A property: random batches of upserts, applied one body at a time through the single-write path

@@ -1,4 +1,4 @@
-"""Every executor of the visibility rule gives the same answer (issue 23 item 4; RES-7, RES-25,
+"""Every executor of the visibility rule gives the same answer (RES-7, RES-25,
 AUTH-11, AUTH-12): on random grants, principals and resources of a tenant, the resources visible
 by the grants themselves are exactly those that
 

@@ -1,4 +1,4 @@
-"""No module of catalog/ is over 600 lines (issue 23): a module that long is doing several jobs."""
+"""No module of catalog/ is over 600 lines: a module that long is doing several jobs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Plain ``subscriptions/listen`` streams (``catalog.mcp.fast_listen``, issue 13 item 4).
+"""Plain ``subscriptions/listen`` streams (``catalog.mcp.fast_listen``).
 
 A plainly valid listen is served without the SDK's request machinery: streams told the same share
 one hub subscription and one watch, and each stream's frames are written by its own connection's

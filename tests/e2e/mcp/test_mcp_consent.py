@@ -221,7 +221,7 @@ async def test_directory_read_leaves_out_gated_children_without_asking(srv: Serv
     assert [c.uri for c in result.contents] == ["file:///project/docs/guide.md"]
 
 
-# -- the purpose is free text: bounded, no NUL, valid Unicode (issue 12 item 5) ----------------------
+# -- the purpose is free text: bounded, no NUL, valid Unicode ----------------------------------------
 
 
 def _retry_with_purpose(srv: Served, purpose_json: str) -> Any:

@@ -1,4 +1,4 @@
-"""The one-statement read path (``catalog.mcp.fast``, issue 13 item 1): a plain 2026-07-28
+"""The one-statement read path (``catalog.mcp.fast``): a plain 2026-07-28
 ``resources/read`` is answered without the SDK's stack, with exactly the SDK's answer; everything
 else (every refusal, every error, consent, directories, templates) still goes through the SDK.
 

@@ -1,4 +1,4 @@
-"""``CATALOG_MCP_FAST_PATH`` (issue 23 item 2): ``on`` answers plain 2026-07-28 requests on the fast
+"""``CATALOG_MCP_FAST_PATH``: ``on`` answers plain 2026-07-28 requests on the fast
 path, ``off`` sends every request to the SDK's handlers, ``shadow`` answers on the fast path and
 then runs the SDK path on the same request, logging and counting any difference
 (``catalog.mcp.shadow``); a value that is none of these ends ``catalog serve`` with one line."""

@@ -309,7 +309,7 @@ async def test_legacy_subscribe_pushes_updates_and_list_changes_on_the_session_c
         await client.unsubscribe_resource(WATCHED)  # pyright: ignore[reportDeprecated]
 
 
-# -- visibility through tags drives events; hidden directories never fire (issue 12 items 10, 11) ---
+# -- visibility through tags drives events; hidden directories never fire ---------------------------
 
 TAGGED = "file:///private/tag-me.txt"  # hidden from the public scope; the "staff" token sees tag staff
 SENTINEL = "test://static-text"  # visible to everyone: a write to it marks "everything before arrived"

@@ -1,7 +1,6 @@
 """What exactly goes on the wire, per client: one spelling of a subscribed URI in the ack and in its
-notifications (issue 12 item 12), and each handshake revision only the fields it defines (COMPAT-5,
-issue 12: 2024-11-05 and 2025-03-26 sessions received ``title``, ``lastModified`` and the
-``completions`` capability)."""
+notifications, and each handshake revision only the fields it defines (COMPAT-5; 2024-11-05 and
+2025-03-26 sessions used to receive ``title``, ``lastModified`` and the ``completions`` capability)."""
 
 from __future__ import annotations
 
