@@ -22,7 +22,9 @@ template bodies, ``resources/templates/list``, completion values of every templa
 ``subscriptions/listen`` stream subscribed to every URI while every resource of every tenant changes,
 the admin listings of admin credentials (own tenant only; 403 elsewhere), 403 ``insufficient_scope``
 for the others, 401 for a revoked and an expired token, and the same list and reads in a 2025-11-25
-session. Fewer examples: ``CATALOG_LEAK_EXAMPLES=5``.
+session. The same list, templates, reads, completion and tools over ``catalog stdio`` (one process
+per token, for a sample of the opaque tokens: :data:`STDIO_TOKENS`). Fewer examples:
+``CATALOG_LEAK_EXAMPLES=5``.
 
 Then a marker resource is added to every tenant and two more rounds of
 streams run, each waiting on the marker's ``updated`` (never on time): **directories** (streams
@@ -44,10 +46,11 @@ import base64
 import itertools
 import os
 import re
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,15 +63,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 
 from catalog.app import create_app
 from catalog.mcp.context import CREDENTIAL_ENDED
-from tests.conftest import _admin
+from tests.conftest import _admin, through_pooler_env
 from tests.e2e.test_oauth import AUDIENCE, ISSUER, Issuer
 from tests.mcp_helpers import mcp_settings, serve
+from tests.processes import catalog_env
 
 ADMIN_TOKEN = "cat_test-platform-admin-token"
 API = "/admin/v1"
@@ -366,6 +371,7 @@ class Live:
     issuer: Issuer
     loop: asyncio.AbstractEventLoop
     counter: Iterator[int] = field(default_factory=itertools.count)
+    stdio_env: dict[str, str] = field(default_factory=dict)  # for `catalog stdio` on the same database
 
     @property
     def mcp_url(self) -> str:
@@ -393,7 +399,15 @@ def live(postgres_server: Any, template_database: str, tmp_path_factory: Any) ->
     )
     try:
         with serve(create_app(app_settings)) as (base_url, _server_loop, _stop):
-            state = Live(base_url, postgres_server.dsn_for(name), issuer, loop)
+            stdio_env = catalog_env(
+                **through_pooler_env(postgres_server.url_for(name)),
+                CATALOG_HOME=str(home / "stdio-home"),
+                CATALOG_SECRET_KEY=app_settings.secret_key.get_secret_value(),  # type: ignore[union-attr]
+                CATALOG_ADMIN_TOKEN=ADMIN_TOKEN,
+                CATALOG_PUBLIC_TENANT=PUBLIC,
+                CATALOG_PAGE_SIZE=str(PAGE),
+            )
+            state = Live(base_url, postgres_server.dsn_for(name), issuer, loop, stdio_env=stdio_env)
             loop.run_until_complete(_create_public_tenant(state))
             yield state
     finally:
@@ -417,6 +431,19 @@ async def mcp_client(live: Live, who: Who, mode: str = "2026-07-28") -> AsyncIte
         live.mcp_url, http_client=httpx2.AsyncClient(headers=headers, timeout=30)
     )
     async with Client(transport, mode=mode, cache=None) as client:
+        yield client
+
+
+@asynccontextmanager
+async def stdio_client(live: Live, slug: str, who: Who) -> AsyncIterator[Client]:
+    """``catalog stdio --tenant slug`` with ``who``'s token, launched as a desktop client would."""
+    assert who.token is not None
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "catalog", "stdio", "--tenant", slug],
+        env={**live.stdio_env, "CATALOG_TOKEN": who.token},
+    )
+    async with Client(params, mode="2026-07-28", cache=None, read_timeout_seconds=60) as client:
         yield client
 
 
@@ -574,55 +601,60 @@ async def list_all(client: Client, templates: bool = False) -> tuple[list[Any], 
 
 async def check_mcp(live: Live, oracle: Oracle, who: Who, everything: list[str]) -> str | None:
     """List, templates, reads and completion of one principal (2026-07-28); returns its first cursor."""
+    async with mcp_client(live, who) as client:
+        return await mcp_checks(client, oracle, who, everything)
+
+
+async def mcp_checks(client: Client, oracle: Oracle, who: Who, everything: list[str]) -> str | None:
+    """:func:`check_mcp` on a session of any transport."""
     expected = oracle.visible(who)
     expected_templates = oracle.visible_templates(who)
-    async with mcp_client(live, who) as client:
-        items, pages = await list_all(client)
-        assert [r.uri for r in items] == [r.uri for r in expected], who.label
-        assert [r.mime_type for r in items] == [
-            {"dir": "inode/directory", "blob": "application/octet-stream"}.get(r.kind, "text/plain")
-            for r in expected
-        ]
-        assert all(len(p.resources) <= PAGE for p in pages)
-        scope = "private"  # whoever asks: one /mcp answers every tenant differently (CACHE-6)
-        assert {p.cache_scope for p in pages} == {scope}, who.label
+    items, pages = await list_all(client)
+    assert [r.uri for r in items] == [r.uri for r in expected], who.label
+    assert [r.mime_type for r in items] == [
+        {"dir": "inode/directory", "blob": "application/octet-stream"}.get(r.kind, "text/plain")
+        for r in expected
+    ]
+    assert all(len(p.resources) <= PAGE for p in pages)
+    scope = "private"  # whoever asks: one /mcp answers every tenant differently (CACHE-6)
+    assert {p.cache_scope for p in pages} == {scope}, who.label
 
-        templates, template_pages = await list_all(client, templates=True)
-        assert [t.uri_template for t in templates] == [t.uri_template for t in expected_templates], who.label
-        assert {p.cache_scope for p in template_pages} == {scope}
+    templates, template_pages = await list_all(client, templates=True)
+    assert [t.uri_template for t in templates] == [t.uri_template for t in expected_templates], who.label
+    assert {p.cache_scope for p in template_pages} == {scope}
 
-        for uri in everything:
-            want = oracle.read(who, uri)
-            try:
-                got = contents_of(await client.read_resource(uri))
-            except MCPError as exc:
-                assert want is None, (who.label, uri, error_of(exc))
-                # Invisible and absent: one error, naming only what the caller sent.
-                assert error_of(exc) == (-32602, "Resource not found", {"uri": uri}), (who.label, uri)
-                continue
-            assert want is not None, (who.label, uri, "leaked", got)
-            assert got == want, (who.label, uri)
+    for uri in everything:
+        want = oracle.read(who, uri)
+        try:
+            got = contents_of(await client.read_resource(uri))
+        except MCPError as exc:
+            assert want is None, (who.label, uri, error_of(exc))
+            # Invisible and absent: one error, naming only what the caller sent.
+            assert error_of(exc) == (-32602, "Resource not found", {"uri": uri}), (who.label, uri)
+            continue
+        assert want is not None, (who.label, uri, "leaked", got)
+        assert got == want, (who.label, uri)
 
-        all_templates = {t.uri_template: t for spec in oracle.world.tenants for t in spec.templates}
-        for _, tpl in sorted(all_templates.items()):
-            ref = types.ResourceTemplateReference(type="ref/resource", uri=tpl.uri_template)
-            for argument in tpl.variables:
-                for partial in ("", "a"):
-                    want = oracle.completion(who, tpl, argument, partial)
-                    try:
-                        result = await client.complete(ref, {"name": argument, "value": partial})
-                    except MCPError as exc:
-                        assert want is None, (who.label, tpl, argument, error_of(exc))
-                        assert error_of(exc) == (
-                            -32602,
-                            "Unknown resource template",
-                            {"uri": tpl.uri_template},
-                        )
-                        continue
-                    assert want is not None, (who.label, tpl, "completion of an invisible template")
-                    assert result.completion.values == want, (who.label, tpl, argument, partial)
-                    assert (result.completion.total, result.completion.has_more) == (len(want), False)
-        return pages[0].next_cursor
+    all_templates = {t.uri_template: t for spec in oracle.world.tenants for t in spec.templates}
+    for _, tpl in sorted(all_templates.items()):
+        ref = types.ResourceTemplateReference(type="ref/resource", uri=tpl.uri_template)
+        for argument in tpl.variables:
+            for partial in ("", "a"):
+                want = oracle.completion(who, tpl, argument, partial)
+                try:
+                    result = await client.complete(ref, {"name": argument, "value": partial})
+                except MCPError as exc:
+                    assert want is None, (who.label, tpl, argument, error_of(exc))
+                    assert error_of(exc) == (
+                        -32602,
+                        "Unknown resource template",
+                        {"uri": tpl.uri_template},
+                    )
+                    continue
+                assert want is not None, (who.label, tpl, "completion of an invisible template")
+                assert result.completion.values == want, (who.label, tpl, argument, partial)
+                assert (result.completion.total, result.completion.has_more) == (len(want), False)
+    return pages[0].next_cursor
 
 
 def tool_structured(result: types.CallToolResult, label: Any) -> dict[str, Any]:
@@ -669,40 +701,66 @@ async def check_tools(live: Live, oracle: Oracle, who: Who, everything: list[str
     """The read-only tools (``catalog.mcp.tools``) show exactly what the resource methods show:
     flat and tree listings, a search (metadata, then text matches), and ``read_resource`` of every
     URI of the universe, invisible and absent alike one error naming only the URI sent."""
-    visible = oracle.visible(who)
     async with mcp_client(live, who) as client:
-        flat = await tool_pages(client, "list_resources", {"recursive": True}, who.label)
-        assert [e["uri"] for p in flat for e in p["resources"]] == [r.uri for r in visible], who.label
-        for prefix in ("", "file:///", "file:///a/", "test://h/"):
-            pages = await tool_pages(
-                client, "list_resources", {"uriPrefix": prefix} if prefix else {}, who.label
-            )
-            folders = [f for p in pages for f in p["folders"]]
-            leaves = [e["uri"] for p in pages for e in p["resources"]]
-            assert (folders, leaves) == tree_level(visible, prefix), (who.label, prefix)
-        # "ab" matches URIs (metadata); the slug's word matches only the text of the caller's tenant.
-        found = await tool_pages(client, "search_resources", {"query": "ab"}, who.label)
-        want = [r.uri for r in visible if "ab" in r.uri]
-        assert [e["uri"] for p in found for e in p["resources"]] == want, who.label
-        word = PUBLIC if who.tenant == 0 else "leak"
-        found = await tool_pages(client, "search_resources", {"query": word}, who.label)
-        want = [r.uri for r in visible if r.kind == "text"]
-        assert [e["uri"] for p in found for e in p["resources"]] == want, (who.label, word)
-        for uri in everything:
-            expected = oracle.read(who, uri)
-            result = await client.call_tool("read_resource", {"uri": uri})
-            if expected is None:
-                assert result.is_error, (who.label, uri, "leaked", result.structured_content)
-                assert [c.text for c in result.content if isinstance(c, types.TextContent)] == [
-                    f"Resource not found: {uri}"
-                ], (who.label, uri)
-                continue
-            items = tool_structured(result, (who.label, uri))["contents"]
-            got = [
-                (i["uri"], i.get("mimeType"), base64.b64decode(i["blob"]) if "blob" in i else i["text"])
-                for i in items
-            ]
-            assert got == expected, (who.label, uri, "read_resource tool")
+        await tool_checks(client, oracle, who, everything)
+
+
+async def tool_checks(client: Client, oracle: Oracle, who: Who, everything: list[str]) -> None:
+    """:func:`check_tools` on a session of any transport."""
+    visible = oracle.visible(who)
+    flat = await tool_pages(client, "list_resources", {"recursive": True}, who.label)
+    assert [e["uri"] for p in flat for e in p["resources"]] == [r.uri for r in visible], who.label
+    for prefix in ("", "file:///", "file:///a/", "test://h/"):
+        pages = await tool_pages(client, "list_resources", {"uriPrefix": prefix} if prefix else {}, who.label)
+        folders = [f for p in pages for f in p["folders"]]
+        leaves = [e["uri"] for p in pages for e in p["resources"]]
+        assert (folders, leaves) == tree_level(visible, prefix), (who.label, prefix)
+    # "ab" matches URIs (metadata); the slug's word matches only the text of the caller's tenant.
+    found = await tool_pages(client, "search_resources", {"query": "ab"}, who.label)
+    want = [r.uri for r in visible if "ab" in r.uri]
+    assert [e["uri"] for p in found for e in p["resources"]] == want, who.label
+    word = PUBLIC if who.tenant == 0 else "leak"
+    found = await tool_pages(client, "search_resources", {"query": word}, who.label)
+    want = [r.uri for r in visible if r.kind == "text"]
+    assert [e["uri"] for p in found for e in p["resources"]] == want, (who.label, word)
+    for uri in everything:
+        expected = oracle.read(who, uri)
+        result = await client.call_tool("read_resource", {"uri": uri})
+        if expected is None:
+            assert result.is_error, (who.label, uri, "leaked", result.structured_content)
+            assert [c.text for c in result.content if isinstance(c, types.TextContent)] == [
+                f"Resource not found: {uri}"
+            ], (who.label, uri)
+            continue
+        items = tool_structured(result, (who.label, uri))["contents"]
+        got = [
+            (i["uri"], i.get("mimeType"), base64.b64decode(i["blob"]) if "blob" in i else i["text"])
+            for i in items
+        ]
+        assert got == expected, (who.label, uri, "read_resource tool")
+
+
+# A process per token (~1 s to start, on top of its requests): a few tokens an example, not all.
+# Measured: ~1.2 s an example with 2 (started alongside the HTTP checks), ~2.5 s run after them.
+STDIO_TOKENS = 2
+
+
+def stdio_sample(built: Built) -> list[Who]:
+    """At most :data:`STDIO_TOKENS` opaque tokens, spread over the example's list of them (tenant by
+    tenant, so the admin and the scoped tokens of different tenants take turns across examples)."""
+    tokens = [who for who in built.principals if who.kind == "token"]
+    step = max(1, -(-len(tokens) // max(STDIO_TOKENS, 1)))
+    return tokens[::step][:STDIO_TOKENS]
+
+
+async def check_stdio(live: Live, oracle: Oracle, built: Built, who: Who, everything: list[str]) -> None:
+    """``catalog stdio`` (no HTTP: the token from its environment, its tenant named on the command
+    line) shows ``who`` exactly what HTTP does, in one session: every page of the listing, templates,
+    reads of every URI of the universe (hidden and absent one error), completion, and the tools."""
+    who = replace(who, label=f"stdio {who.label}")
+    async with stdio_client(live, built.slugs[who.tenant], who) as client:
+        await mcp_checks(client, oracle, who, everything)
+        await tool_checks(client, oracle, who, everything)
 
 
 async def check_foreign_cursor(live: Live, oracle: Oracle, owner: Who, cursor: str, other: Who) -> None:
@@ -1152,10 +1210,14 @@ async def check_world(live: Live, world: World) -> None:
     try:
         oracle = Oracle(world, built.slugs)
         everything = universe(world)
-        cursors = await asyncio.gather(
-            *(check_mcp(live, oracle, who, everything) for who in built.principals)
-        )
-        await asyncio.gather(*(check_tools(live, oracle, who, everything) for who in built.principals))
+        async with asyncio.TaskGroup() as checks:
+            # The stdio processes start while the HTTP checks run: their start-up is mostly waiting.
+            for who in stdio_sample(built):
+                checks.create_task(check_stdio(live, oracle, built, who, everything))
+            cursors = await asyncio.gather(
+                *(check_mcp(live, oracle, who, everything) for who in built.principals)
+            )
+            await asyncio.gather(*(check_tools(live, oracle, who, everything) for who in built.principals))
         everyone = built.principals
         for index, (owner, cursor) in enumerate(zip(everyone, cursors, strict=True)):
             if cursor:  # the next principal (anonymous, tokens, JWT) tries it
