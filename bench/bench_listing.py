@@ -94,8 +94,10 @@ async def seed_catalogue(database: Database, count: int) -> int:
 SPARSE = Principal(kind="token", tenant_id=0, tenant_slug="bench", scopes=frozenset({"sparse"}), token_id=1)
 
 
-async def run_on(database: Database, tenant_id: int, count: int, runs: int) -> dict[str, Any]:
-    """The core-level measurements on a catalogue seeded by :func:`seed_catalogue`."""
+async def run_on(
+    database: Database, tenant_id: int, count: int, runs: int, page: int = PAGE
+) -> dict[str, Any]:
+    """The core-level measurements on a catalogue seeded by :func:`seed_catalogue`, ``page`` rows a page."""
     settings = Settings(
         database_url=database.url, secret_key="bench-secret-key-0123456789", admin_token="cat_b"
     )
@@ -105,7 +107,7 @@ async def run_on(database: Database, tenant_id: int, count: int, runs: int) -> d
     admin = Principal.platform_admin()
     sparse = dataclasses.replace(SPARSE, tenant_id=tenant_id)
     try:
-        return await _measure(catalog, tenant_id, count, admin, sparse, runs)
+        return await _measure(catalog, tenant_id, count, admin, sparse, runs, page)
     finally:
         await engine.dispose()
 
@@ -117,7 +119,13 @@ async def run(count: int, runs: int) -> dict[str, Any]:
 
 
 async def _measure(
-    catalog: Catalog, tenant_id: int, count: int, admin: Principal, sparse: Principal, runs: int
+    catalog: Catalog,
+    tenant_id: int,
+    count: int,
+    admin: Principal,
+    sparse: Principal,
+    runs: int,
+    page: int = PAGE,
 ) -> dict[str, Any]:
     scope = TenantScope.tenant(tenant_id)
 
@@ -125,7 +133,7 @@ async def _measure(
         async with transaction(catalog.engine, scope) as conn:
             visibility = await load_visibility(conn, principal, tenant_id)
             cursor = cursor_after(catalog, visibility, after, listing="bench") if after else None
-            items, _ = await list_page(catalog, conn, visibility, listing="bench", cursor=cursor, limit=PAGE)
+            items, _ = await list_page(catalog, conn, visibility, listing="bench", cursor=cursor, limit=page)
             return len(items)
 
     async def offset_page(offset: int) -> int:
@@ -136,7 +144,7 @@ async def _measure(
                     .where(resources.c.tenant_id == tenant_id)
                     .order_by(resources.c.uri)
                     .offset(offset)
-                    .limit(PAGE + 1)
+                    .limit(page + 1)
                 )
             ).all()
             return len(rows)
@@ -190,7 +198,7 @@ async def _measure(
         ),
         **{name: summary(samples) for name, samples in sparse_timings.items()},
     }
-    return {"resources": count, "page": PAGE, "runs": runs, "depth": depth_curve, "sparse": sparse_result}
+    return {"resources": count, "page": page, "runs": runs, "depth": depth_curve, "sparse": sparse_result}
 
 
 def main() -> None:

@@ -22,7 +22,12 @@ One catalogue, COPY-loaded (``bench.bench_listing.seed_catalogue``: N resources 
     with partial ``d0``, ``d012`` and nothing; argument ``file`` with ``dir`` known), against the
     admin token's first ``resources/list`` page.
 
-    python -m bench.bench_scale [--resources 1000000] [--runs 30]
+    python -m bench.bench_scale [--resources 1000000] [--runs 30] [--page-size 100]
+
+``--page-size N`` starts ``catalog serve`` (and the in-app OFFSET route's process) with
+``CATALOG_PAGE_SIZE=N``, gives the floor the same ``LIMIT N`` (``BENCH_FLOOR_PAGE``) and the core level
+the same page, so every comparison stays page for page; ``--result``/``--section`` write it elsewhere
+than ``bench/results/scale.json`` (``--result scale_pagesize --section page1000``).
 """
 
 from __future__ import annotations
@@ -64,19 +69,24 @@ TEMPLATE = "file:///repo/{dir}/{file}"
 SLOW_COMPLETION_S = 1.0
 
 
-async def run(count: int, runs: int) -> dict[str, Any]:
+async def run(count: int, runs: int, page: int = PAGE) -> dict[str, Any]:
     async with bench_database() as database:
         started = time.perf_counter()
         tenant_id = await bench_listing.seed_catalogue(database, count)
         seeded = time.perf_counter() - started
         await plain_copy(database, tenant_id)
-        core = await bench_listing.run_on(database, tenant_id, count, runs)
-        env = server_env(database.url, tempfile.mkdtemp(prefix="catalog-bench-"))
+        core = await bench_listing.run_on(database, tenant_id, count, runs, page)
+        # The CLI's default page unless asked otherwise, so a default run is configured as before.
+        sized = {} if page == PAGE else {"CATALOG_PAGE_SIZE": str(page)}
+        env = server_env(database.url, tempfile.mkdtemp(prefix="catalog-bench-"), **sized)
         with contextlib.ExitStack() as stack:
             servers = {
                 "catalog": stack.enter_context(catalog_serve(env)),
                 "floor": stack.enter_context(
-                    uvicorn_process("bench.servers:floor_app", catalog_env(BENCH_FLOOR_DSN=database.dsn))
+                    uvicorn_process(
+                        "bench.servers:floor_app",
+                        catalog_env(BENCH_FLOOR_DSN=database.dsn, BENCH_FLOOR_PAGE=str(page)),
+                    )
                 ),
                 "inapp": stack.enter_context(uvicorn_process("bench.servers:catalog_app", env)),
             }
@@ -85,10 +95,10 @@ async def run(count: int, runs: int) -> dict[str, Any]:
             _template(servers["catalog"])
             async with core_catalog(database) as catalog:
                 cursors = await _cursors(catalog, admin, sparse, count)
-            http = await _measure_http(servers, tenant_id, count, runs, admin, sparse, cursors)
+            http = await _measure_http(servers, tenant_id, count, runs, admin, sparse, cursors, page)
     return {
         "resources": count,
-        "page": PAGE,
+        "page": page,
         "runs": runs,
         "seed_seconds": seeded,
         "server": "python -m catalog serve (1 worker, the CLI's defaults)",
@@ -158,6 +168,7 @@ async def _measure_http(
     admin: str,
     sparse: str,
     cursors: dict[str, str | None],
+    page_size: int = PAGE,
 ) -> dict[str, Any]:
     host = "127.0.0.1"
     port = servers["catalog"].port
@@ -191,6 +202,15 @@ async def _measure_http(
     try:
         cases = []
         floor_port, inapp_port = servers["floor"].port, servers["inapp"].port
+        # Page for page: catalog's first page and the floor's hold the same number of rows.
+        for on, request in (
+            ("catalog", mcp_request(host, port, "resources/list", {}, token=admin)),
+            ("floor", mcp_request(host, floor_port, "resources/list", {})),
+        ):
+            _, body = await conns[on].send(request)
+            shown = len(json.loads(body)["result"]["resources"])
+            if shown != min(page_size, count):
+                raise RuntimeError(f"{on}'s first page holds {shown} resources, not {page_size}")
         for depth in DEPTHS:
             offset = count * depth // 100
             cases.append((f"keyset@{depth}", page(admin, cursors[f"depth{depth}"])))
@@ -199,7 +219,7 @@ async def _measure_http(
             floor = mcp_request(host, floor_port, "resources/list", floor_params)
             cases.append((f"floor@{depth}", call(floor, b'"nextCursor"', on="floor")))
             bare = get_request(
-                host, inapp_port, f"/bench/offset?tenant={tenant_id}&offset={offset}&limit={PAGE}"
+                host, inapp_port, f"/bench/offset?tenant={tenant_id}&offset={offset}&limit={page_size}"
             )
             cases.append((f"offset@{depth}", call(bare, b'"nextCursor"', on="inapp")))
         timings = await interleaved(runs, *cases)
@@ -345,10 +365,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--resources", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument(
+        "--page-size", type=int, default=PAGE, help="CATALOG_PAGE_SIZE of the server, and the floor's LIMIT"
+    )
+    parser.add_argument("--result", default="scale", help="bench/results/RESULT.json (default scale)")
+    parser.add_argument("--section", default=None, help="write into this section of the result file")
     args = parser.parse_args()
-    result = asyncio.run(run(args.resources, args.runs))
-    path = write_result("scale", result)
-    print(f"scale: {args.resources} resources, {args.runs} interleaved runs -> {path}")
+    if not 1 <= args.page_size <= 1000:
+        parser.error("--page-size must be 1..1000 (CATALOG_PAGE_SIZE's range)")
+    result = asyncio.run(run(args.resources, args.runs, args.page_size))
+    path = write_result(args.result, result, section=args.section)
+    print(f"scale: {args.resources} resources, page {args.page_size}, {args.runs} interleaved runs -> {path}")
     report(result)
 
 

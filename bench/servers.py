@@ -19,7 +19,7 @@ The server under test itself is never assembled here: it is ``python -m catalog 
   goes through the SDK. It imports catalog internals (the only module of bench/ that reaches into
   ``catalog.mcp``), so it is the one place to adapt when those move.
 
-    uvicorn --factory bench.servers:floor_app     (BENCH_FLOOR_DSN, BENCH_FLOOR_TABLE)
+    uvicorn --factory bench.servers:floor_app     (BENCH_FLOOR_DSN, BENCH_FLOOR_TABLE, BENCH_FLOOR_PAGE)
     uvicorn --factory bench.servers:sdk_app       (BENCH_SDK_RESOURCES)
     uvicorn --factory bench.servers:catalog_app   (configured by CATALOG_* as catalog serve is)
 """
@@ -41,7 +41,7 @@ from starlette.applications import Starlette
 # What catalog answers with by default (CATALOG_READ_TTL_MS / CATALOG_LIST_TTL_MS), so the floor's bodies
 # are as long as catalog's; a constant here keeps the floor's process free of catalog imports.
 FLOOR_TTL_MS = 10_000
-FLOOR_PAGE = 100
+FLOOR_PAGE = 100  # BENCH_FLOOR_PAGE overrides it, to match a server run with CATALOG_PAGE_SIZE
 FLOOR_POOL = 30  # as catalog's fixed pool per process
 
 
@@ -53,10 +53,9 @@ def floor_app() -> Starlette:
 
     dsn = os.environ["BENCH_FLOOR_DSN"]
     table = os.environ.get("BENCH_FLOOR_TABLE", "bench_plain")
+    page = int(os.environ.get("BENCH_FLOOR_PAGE", FLOOR_PAGE))
     read_sql = f"SELECT uri, text FROM {table} WHERE uri = $1"
-    list_sql = (
-        f"SELECT uri, name, mime_type, size FROM {table} WHERE uri > $1 ORDER BY uri LIMIT {FLOOR_PAGE}"
-    )
+    list_sql = f"SELECT uri, name, mime_type, size FROM {table} WHERE uri > $1 ORDER BY uri LIMIT {page}"
     meta = {"io.modelcontextprotocol/serverInfo": {"name": "floor", "version": "0"}}
     pool: asyncpg.Pool | None = None
 
@@ -81,7 +80,7 @@ def floor_app() -> Starlette:
                     for r in rows
                 ]
             }
-            if len(rows) == FLOOR_PAGE:
+            if len(rows) == page:
                 result["nextCursor"] = rows[-1]["uri"]
         else:
             error = {"code": -32601, "message": f"Method not found: {method}"}
