@@ -3,7 +3,7 @@ shapes each era expects. Imported by every other module of the package; imports 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
@@ -50,12 +50,15 @@ def principal_of(ctx: Ctx) -> Principal:
     on a transport without HTTP requests (stdio, ``catalog.mcp.stdio``), the one its connection was
     opened for, which that transport puts in the lifespan state it serves with."""
     request: Request | None = ctx.request
+    principal: object
     if request is not None:
         principal = request.scope.get("state", {}).get(PRINCIPAL_STATE_KEY)
     else:
-        state = ctx.lifespan_context
-        principal = state.get(PRINCIPAL_STATE_KEY) if isinstance(state, dict) else None
-    if principal is None:
+        state: object = ctx.lifespan_context
+        principal = (
+            cast("dict[str, object]", state).get(PRINCIPAL_STATE_KEY) if isinstance(state, dict) else None
+        )
+    if not isinstance(principal, Principal):
         raise MCPError(types.INTERNAL_ERROR, "No authenticated principal for this request")
     return principal
 

@@ -231,6 +231,7 @@ class ListenStreams:
                 tasks.start_soon(end_with_credential)
             if subscription is None:
                 await anyio.sleep_forever()
+                return
             async for batch in subscription:
                 delivery = as_subscribed(await watch.decide(batch), uris)
                 for message in delivery_notifications(delivery, meta):

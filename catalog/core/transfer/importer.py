@@ -8,7 +8,7 @@ import asyncio
 import collections
 import multiprocessing
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import aclosing
 from typing import IO, TypeVar
@@ -53,7 +53,7 @@ def _batches(
         yield batch
 
 
-async def _read_ahead(batches: Iterator[_T]) -> AsyncIterator[_T]:
+async def _read_ahead(batches: Iterator[_T]) -> AsyncGenerator[_T, None]:
     """The batches, each read (files, JSON, validation) in a thread while the one before it is
     written: the database and the parsing work at the same time instead of taking turns."""
     upcoming = asyncio.ensure_future(asyncio.to_thread(next, batches, None))
@@ -195,7 +195,7 @@ def prepare_lines(
 
 async def _prepared(
     stream: IO[bytes], name: str, max_bytes: int, workers: int
-) -> AsyncIterator[tuple[list[Prepared | Problem], int]]:
+) -> AsyncGenerator[tuple[list[Prepared | Problem], int], None]:
     """The file's chunks prepared, in order, with the bytes each covers. With ``workers``, parsing
     (JSON, validation, the URI rule: the import's CPU bound) runs in that many processes while this
     one COPYs and the database writes; without, in a thread one chunk ahead."""

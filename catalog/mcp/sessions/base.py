@@ -27,7 +27,8 @@ RequestIdent = tuple[int, bytes, str]  # (tenant id, session key, JSON-RPC reque
 class SessionHost(Protocol):
     """What the transport needs from the endpoint that mounts it."""
 
-    server: Server[Any]
+    @property
+    def server(self) -> Server[Any]: ...
 
     @property
     def catalog(self) -> Catalog: ...
