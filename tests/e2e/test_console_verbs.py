@@ -175,7 +175,7 @@ async def test_deleting_from_a_resources_page_confirms_by_uri_then_returns_to_it
     assert (audit["action"], audit["uri"]) == ("resource.delete", "file:///del/doomed.txt")
 
 
-async def test_deleting_a_resource_changed_since_the_page_loaded_is_412_and_deletes_nothing(
+async def test_deleting_a_resource_changed_since_the_page_loaded_is_412_then_reload_or_delete_anyway(
     page: Any, server: Served, api: httpx.AsyncClient
 ) -> None:
     target = await put(api, "file:///stale/target.txt")
@@ -188,11 +188,22 @@ async def test_deleting_a_resource_changed_since_the_page_loaded_is_412_and_dele
     await page.click("#delete-resource")
     await page.click("#delete-confirm")
     conflict = await page.wait_for_selector("#delete-conflict")
-    assert "412" in await conflict.inner_text() and "nothing was deleted" in await conflict.inner_text()
+    text = await conflict.inner_text()
+    assert "412" in text and "nothing was deleted" in text and f"ETag {changed.headers['etag']}" in text
     stored = (
         await api.get(f"/tenants/{TENANT}/resources/{target['id']}", params={"include": "content"})
     ).json()
     assert (stored["version"], stored["text"]) == (2, "changed by a colleague")
+    # Reload keeps it and shows the new version; deleting anyway acts on the version seen in the 412.
+    await page.click("#delete-reload")
+    await page.wait_for_selector(f"#etag:text-is('{changed.headers['etag']}')")
+    await page.click("#delete-resource")
+    changed = await api.patch(f"/tenants/{TENANT}/resources/{target['id']}", json={"text": "again"})
+    await page.click("#delete-confirm")
+    await page.wait_for_selector("#delete-conflict")
+    await page.click("#delete-anyway")
+    await page.wait_for_selector("#listing")
+    assert (await api.get(f"/tenants/{TENANT}/resources/{target['id']}")).status_code == 404
 
 
 # -- act on a selection ---------------------------------------------------------------------------

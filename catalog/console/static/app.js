@@ -761,21 +761,28 @@ function deleteResource(slug, r, etag) {
     const go = h("button", { type: "button", class: "danger", id: "delete-confirm" }, `Delete ${r.uri}`);
     const cancel = h("button", { type: "button", class: "secondary", id: "delete-cancel" }, "Cancel");
     cancel.addEventListener("click", () => { clear(box); button.focus(); });
-    go.addEventListener("click", () => guarded(out, async () => {
+    // As the editor does on a 412: say what changed, then reload or act on the version now there.
+    const attempt = (ifMatch) => guarded(out, async () => {
       clear(out);
       go.disabled = true;
       try {
-        await call("DELETE", `${T(slug)}/resources/${r.id}`, { headers: { "If-Match": etag } });
+        await call("DELETE", `${T(slug)}/resources/${r.id}`, { headers: { "If-Match": ifMatch } });
       } catch (err) {
         go.disabled = false;
         if (!(err instanceof ApiError && err.status === 412)) throw err;
+        const now = await call("GET", `${T(slug)}/resources/${r.id}`);
         append(out, [h("div", { class: "conflict", role: "alert", id: "delete-conflict" },
-          h("strong", {}, "412 — this resource changed since the page was loaded; nothing was deleted. "),
-          h("button", { type: "button", class: "secondary", onclick: () => route() }, "Reload"))]);
+          h("strong", {}, "412 — this resource changed since the page was loaded; nothing was deleted."),
+          h("p", {}, `It is now at version ${now.data.version} (ETag ${now.etag}), changed ${when(now.data.updatedAt)} by another writer.`),
+          h("div", { class: "bar" },
+            h("button", { type: "button", class: "secondary", id: "delete-reload", onclick: () => route() }, "Reload (keep it)"),
+            h("button", { type: "button", class: "danger", id: "delete-anyway", onclick: () => attempt(now.etag) }, "Delete it anyway")))]);
+        document.getElementById("delete-reload").focus();
         return;
       }
       location.hash = `#/t/${enc(slug)}/browse${qs({ prefix: folderOf(r.uri) })}`;
-    }));
+    });
+    go.addEventListener("click", () => attempt(etag));
     append(box, [h("div", { class: "conflict", role: "alertdialog", "aria-label": "Confirm delete", id: "delete-dialog" },
       h("p", {}, "Delete ", h("code", {}, r.uri), "? Agents stop seeing it at once."),
       h("div", { class: "bar" }, go, cancel), out)]);
