@@ -17,6 +17,7 @@ from catalog.admin.deps import AdminTenantDep, CatalogDep, Cursor, ItemId, Limit
 from catalog.core import resources as core
 from catalog.core.errors import FieldError, InvalidInput
 from catalog.core.resources import ListingFilter, ResourceRecord
+from catalog.core.resources.batch import apply_batch
 from catalog.core.schemas.base import (
     MAX_SEARCH_LENGTH,
     MEDIA_TYPE_FILTER_PATTERN,
@@ -27,6 +28,9 @@ from catalog.core.schemas.base import (
     UriPrefix,
 )
 from catalog.core.schemas.resources import (
+    MAX_BATCH,
+    ResourceBatchIn,
+    ResourceBatchOut,
     ResourceIn,
     ResourceOut,
     ResourcePatch,
@@ -119,6 +123,24 @@ async def create_resource(
     no content (e.g. an ``inode/directory``). ``size`` is computed. A taken URI is 409."""
     record = await core.create_resource(catalog, principal, tenant, body)
     return _answer(record, status.HTTP_201_CREATED, Location=_location(tenant.slug, record))
+
+
+@router.post(
+    "/batch",
+    response_model=ResourceBatchOut,
+    description=(
+        f"One action over up to {MAX_BATCH} resources by id, in one transaction: all or nothing. "
+        "`delete` deletes them; `tag` adds `tag` to each (one that carries it already is left "
+        "alone); `grant` gives `scope` a `{scope, uri}` grant of each one's URI (an existing one is "
+        "kept). An id that is not a resource of this tenant is a 422 pointing at it (`/ids/3`), "
+        "and nothing is changed. Each item is audited as its single operation is."
+    ),
+    responses={422: {"description": "invalid input, or ids not in this tenant (named); nothing changed"}},
+)
+async def batch(
+    body: ResourceBatchIn, tenant: AdminTenantDep, catalog: CatalogDep, principal: PrincipalDep
+) -> ResourceBatchOut:
+    return await apply_batch(catalog, principal, tenant, body)
 
 
 @router.put(

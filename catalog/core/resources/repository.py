@@ -106,6 +106,24 @@ async def lock_uris(conn: AsyncConnection, tenant_id: int, uris: Sequence[str]) 
     return found
 
 
+async def lock_ids(conn: AsyncConnection, tenant_id: int, ids: Sequence[int]) -> dict[int, ResourceRecord]:
+    """The existing rows among ``ids``, locked, in id order (so concurrent batches cannot deadlock)."""
+    found: dict[int, ResourceRecord] = {}
+    ordered = sorted(set(ids))
+    for start in range(0, len(ordered), ROWS_PER_STATEMENT):
+        rows = await conn.execute(
+            select(resources)
+            .where(
+                resources.c.tenant_id == tenant_id,
+                resources.c.id.in_(ordered[start : start + ROWS_PER_STATEMENT]),
+            )
+            .order_by(resources.c.id)
+            .with_for_update()
+        )
+        found.update((row.id, record_from_row(row)) for row in rows)
+    return found
+
+
 async def fetch(
     conn: AsyncConnection, tenant_id: int, resource_id: int, *, include_content: bool = False
 ) -> ResourceRecord | None:

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from catalog.core.schemas.base import (
     DIRECTORY_MIME_TYPE,
@@ -18,6 +19,7 @@ from catalog.core.schemas.base import (
     Meta,
     MimeType,
     Model,
+    Scope,
     ShortText,
     Tag,
     Uri,
@@ -181,3 +183,43 @@ class ResourceVersionDetailOut(ResourceVersionOut):
     """One version with its text inlined (a blob stays named by ``blobSha256``)."""
 
     text: str | None = None
+
+
+# -- batches --------------------------------------------------------------------------------------
+
+MAX_BATCH = 500  # ids of one batch: one transaction holds their row locks until it ends
+BatchId = Annotated[int, Field(ge=1, le=2**63 - 1)]
+# What each action needs besides the ids; the others must be left out.
+_BATCH_ARGUMENTS: dict[str, tuple[str, ...]] = {"delete": (), "tag": ("tag",), "grant": ("scope",)}
+
+
+class ResourceBatchIn(Model):
+    """One action over several resources, all or nothing: ``delete`` them, ``tag`` them (add
+    ``tag`` to each), or ``grant`` each one's URI to ``scope`` (a ``{scope, uri}`` grant each)."""
+
+    action: Literal["delete", "tag", "grant"]
+    ids: list[BatchId] = Field(
+        min_length=1, max_length=MAX_BATCH, description=f"the resources' ids (at most {MAX_BATCH})"
+    )
+    tag: Tag | None = Field(default=None, description="for `tag`: the tag to add")
+    scope: Scope | None = Field(default=None, description="for `grant`: the scope to give sight to")
+
+    @model_validator(mode="after")
+    def _arguments(self) -> ResourceBatchIn:
+        needed = _BATCH_ARGUMENTS[self.action]
+        for name in ("tag", "scope"):
+            given = getattr(self, name) is not None
+            if given != (name in needed):
+                reason = f"required by {self.action}" if not given else f"not taken by {self.action}"
+                raise PydanticCustomError(
+                    "batch_argument", "{reason}", {"reason": reason, "pointer": f"/{name}"}
+                )
+        return self
+
+
+class ResourceBatchOut(Model):
+    action: str
+    ids: list[int] = Field(description="the resources acted on, each once, in the order given")
+    changed: int = Field(
+        description="how many changed: deleted, newly tagged, or given a new grant (an existing one is kept)"
+    )
