@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from catalog.admin.deps import AdminTenantDep, CatalogDep, Cursor, ItemId, LimitDep, PrincipalDep
 from catalog.core import resources as core
 from catalog.core.errors import FieldError, InvalidInput
+from catalog.core.principal import Author
 from catalog.core.resources import ListingFilter, ResourceRecord
 from catalog.core.schemas.base import (
     MAX_SEARCH_LENGTH,
@@ -27,6 +28,7 @@ from catalog.core.schemas.base import (
     UriPrefix,
 )
 from catalog.core.schemas.resources import (
+    AuthorOut,
     ResourceIn,
     ResourceOut,
     ResourcePatch,
@@ -201,19 +203,32 @@ async def delete_resource(
     response_model_exclude_none=True,
     responses=_RESPONSES,
 )
-async def list_versions(id: ItemId, tenant: AdminTenantDep, catalog: CatalogDep) -> Page[ResourceVersionOut]:
-    """The resource's history, newest version first (content named by sha256, not inlined)."""
-    rows = await core.list_versions(catalog, tenant, id)
-    return Page[ResourceVersionOut](items=[_version_out(row) for row in rows])
+async def list_versions(
+    id: ItemId,
+    tenant: AdminTenantDep,
+    catalog: CatalogDep,
+    principal: PrincipalDep,
+    limit: LimitDep,
+    cursor: Cursor = None,
+) -> Page[ResourceVersionOut]:
+    """The resource's history, newest version first, a keyset page at a time (content named by
+    sha256, not inlined). ``author`` names who made each version (a token by its name)."""
+    entries, next_cursor = await core.list_versions(
+        catalog, principal, tenant, id, cursor=cursor, limit=limit
+    )
+    return Page[ResourceVersionOut](
+        items=[_version_out(e.row, e.author) for e in entries], next_cursor=next_cursor
+    )
 
 
-def _version_out(row: Any) -> ResourceVersionOut:
+def _version_out(row: Any, author: Author | None = None) -> ResourceVersionOut:
     """One entry of the history; its content is named by digest, not inlined."""
     return ResourceVersionOut(
         version=row.version,
         uri=row.uri,
         changed_at=row.changed_at,
         changed_by=row.changed_by,
+        author=AuthorOut.model_validate(author, from_attributes=True) if author else None,
         resource=row.snapshot,
         blob_sha256=row.blob_sha256,
         text_sha256=hashlib.sha256(row.text.encode()).hexdigest() if row.text is not None else None,

@@ -145,11 +145,28 @@ class ResourceOut(Model):
     blob: str | None = None
 
 
+class AuthorOut(Model):
+    """Who made a version, named for a reader (``changedBy`` keeps the label as recorded)."""
+
+    kind: Literal["platform", "token", "anonymous", "jwt", "system", "unknown"] = Field(
+        description="platform: the platform admin; token: a token of the tenant; jwt: an OAuth "
+        "subject; system: work the product did (import, restore, cli, demo); unknown: another label"
+    )
+    name: str = Field(
+        description="a display name: the token's name (`token #N` if it has none, `deleted token #N` "
+        "if it is gone), `platform admin`, the system job (`import`), or the OAuth subject as recorded"
+    )
+    token_id: int | None = None
+    subject: str | None = None
+    revoked: bool | None = Field(default=None, description="a token revoked since (present for tokens)")
+
+
 class ResourceVersionOut(Model):
     version: int
     uri: str
     changed_at: datetime
-    changed_by: str
+    changed_by: str = Field(description="the author's label as recorded (`token:1`, `platform-admin`, ...)")
+    author: AuthorOut | None = Field(default=None, description="the author, named (see changedBy)")
     resource: dict[str, Any]
     blob_sha256: str | None = None
     text_sha256: str | None = None
