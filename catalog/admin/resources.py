@@ -18,6 +18,7 @@ from catalog.core import resources as core
 from catalog.core.errors import FieldError, InvalidInput
 from catalog.core.principal import Author
 from catalog.core.resources import ListingFilter, ResourceRecord
+from catalog.core.resources.search import Snippet
 from catalog.core.schemas.base import (
     MAX_SEARCH_LENGTH,
     MEDIA_TYPE_FILTER_PATTERN,
@@ -35,6 +36,8 @@ from catalog.core.schemas.resources import (
     ResourcePut,
     ResourceVersionDetailOut,
     ResourceVersionOut,
+    SnippetOut,
+    SnippetPartOut,
 )
 
 router = APIRouter(prefix="/tenants/{slug}/resources", tags=["resources"])
@@ -94,17 +97,28 @@ async def list_resources(
     q: Search = None,
     mime_type: MimeFilter = None,
 ) -> Page[ResourceOut]:
-    """Resources in URI byte order, a keyset page at a time (no content; see ``include=content``)."""
+    """Resources in URI byte order, a keyset page at a time (no content; see ``include=content``).
+    A search (``q``) adds to each resource a ``snippet`` of what matched."""
+    filters = ListingFilter(uri_prefix=uri_prefix, tag=tag, query=q, mime_type=mime_type)
+    if q:
+        records, snippets, next_cursor = await core.search_resources(
+            catalog, principal, tenant, listing="admin.resources", cursor=cursor, limit=limit, filters=filters
+        )
+        items = [_with_snippet(r.to_out(), snippets.get(r.id)) for r in records]
+        return Page[ResourceOut](items=items, next_cursor=next_cursor)
     records, next_cursor = await core.list_resources(
-        catalog,
-        principal,
-        tenant,
-        listing="admin.resources",
-        cursor=cursor,
-        limit=limit,
-        filters=ListingFilter(uri_prefix=uri_prefix, tag=tag, query=q, mime_type=mime_type),
+        catalog, principal, tenant, listing="admin.resources", cursor=cursor, limit=limit, filters=filters
     )
     return Page[ResourceOut](items=[r.to_out() for r in records], next_cursor=next_cursor)
+
+
+def _with_snippet(out: ResourceOut, snippet: Snippet | None) -> ResourceOut:
+    if snippet is not None:
+        out.snippet = SnippetOut(
+            field=snippet.field,
+            parts=[SnippetPartOut(text=text, match=match) for text, match in snippet.parts],
+        )
+    return out
 
 
 @router.post(

@@ -123,6 +123,19 @@ class ResourcePatch(Model):
         return self
 
 
+class SnippetPartOut(Model):
+    text: str
+    match: bool = Field(description="whether this part is what matched the search")
+
+
+class SnippetOut(Model):
+    """What of a resource matched a search (only on a search's answers): some words of one field,
+    in parts, the matched ones marked. Plain text: show it as text, never as markup."""
+
+    field: Literal["name", "title", "description", "uri", "text"]
+    parts: list[SnippetPartOut]
+
+
 class ResourceOut(Model):
     id: int
     uri: str
@@ -143,6 +156,9 @@ class ResourceOut(Model):
     blob_sha256: str | None = None
     text: str | None = None
     blob: str | None = None
+    snippet: SnippetOut | None = Field(
+        default=None, description="only when searching (`q`): what of the resource matched"
+    )
 
 
 class AuthorOut(Model):
