@@ -260,8 +260,8 @@ async def get_version(
 ) -> ResourceVersionDetailOut:
     """One version: its metadata and its text (a blob is named by ``blobSha256``; fetch it from
     ``/blobs/{sha256}``)."""
-    row = await core.get_version(catalog, tenant, id, version)
-    return ResourceVersionDetailOut(**_version_out(row).model_dump(), text=row.text)
+    entry = await core.get_version(catalog, tenant, id, version)
+    return ResourceVersionDetailOut(**_version_out(entry.row, entry.author).model_dump(), text=entry.row.text)
 
 
 @router.post(

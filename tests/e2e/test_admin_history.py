@@ -70,6 +70,8 @@ async def test_a_token_revoked_since_keeps_its_name_and_one_gone_is_a_deleted_to
     }
     assert authors[2] == {"kind": "token", "name": "old ci", "tokenId": kept["id"], "revoked": True}
     assert authors[3] == {"kind": "token", "name": f"deleted token #{gone['id']}", "tokenId": gone["id"]}
+    one = (await client.get(f"{versions_path(tenant, rid)}/2")).json()
+    assert (one["text"], one["author"]) == ("v2", authors[2])  # one version names its author alike
 
 
 async def test_history_pages_newest_first_with_a_cursor_without_repeating_or_losing_versions(

@@ -65,14 +65,17 @@ async def list_versions(
     return entries, next_cursor
 
 
-async def get_version(catalog: Catalog, tenant: Tenant, resource_id: int, version: int) -> Row[Any]:
+async def get_version(catalog: Catalog, tenant: Tenant, resource_id: int, version: int) -> VersionEntry:
+    """One version with its content, its author named."""
     async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
         row = await rows.version(conn, tenant.id, resource_id, version)
         if row is None:
             if not await rows.exists(conn, tenant.id, resource_id):
                 raise NotFound(f"no resource {resource_id}")
             raise NotFound(f"resource {resource_id} has no version {version}")
-        return row
+        token_id = token_id_of_label(row.changed_by)
+        names = await token_names(conn, tenant.id, [token_id] if token_id is not None else [])
+    return VersionEntry(row, author_of_label(row.changed_by, names))
 
 
 async def restore_version(
