@@ -74,3 +74,14 @@ async def test_a_listing_without_search_has_no_snippets(client: httpx.AsyncClien
     await create_resource(client, tenant, uri="file:///plain.txt", name="plain", text="words")
     items = (await client.get(f"{API}/tenants/{tenant}/resources")).json()["items"]
     assert [i["uri"] for i in items] == ["file:///plain.txt"] and "snippet" not in items[0]
+
+
+async def test_a_match_deep_in_a_long_text_has_its_snippet(client: httpx.AsyncClient, tenant: str) -> None:
+    text = "lorem ipsum " * 20000 + "the hidden treasure is here " + "dolor " * 1000
+    await create_resource(client, tenant, uri="file:///long.txt", name="long", text=text)
+    [item] = (await client.get(f"{API}/tenants/{tenant}/resources", params={"q": "hidden treasure"})).json()[
+        "items"
+    ]
+    parts = item["snippet"]["parts"]
+    assert [p["text"] for p in parts if p["match"]] == ["hidden", "treasure"]
+    assert len("".join(p["text"] for p in parts)) < 400

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.catalog import Catalog
@@ -94,6 +94,9 @@ SNIPPET_CONTEXT = 40
 # curator's text cannot fake a mark (private-use characters, never shown).
 _START, _STOP = "\ue000", "\ue001"
 _HEADLINE_OPTIONS = f'StartSel="{_START}", StopSel="{_STOP}", MaxWords=24, MinWords=10, MaxFragments=1'
+_WORDS = re.compile(r"\w+")
+# How much of a text a snippet is cut from (see _text_window).
+SNIPPET_WINDOW = 4000
 _MARKED = re.compile(f"{_START}(.*?){_STOP}", re.DOTALL)
 # The fields a metadata match is looked for in, in the order a reader cares about.
 SnippetField = Literal["name", "title", "description", "uri", "text"]
@@ -146,6 +149,22 @@ def headline_parts(headline: str) -> tuple[tuple[str, bool], ...]:
     return tuple(parts)
 
 
+def _text_window(query: str) -> ColumnElement[str]:
+    """The part of a resource's text a snippet is cut from: ``SNIPPET_WINDOW`` characters around
+    the first occurrence of the query's first word in what the full-text match reads (the first
+    256 KiB, as ``catalog_resource_text_vector``), so a page of long texts costs a page of windows,
+    not of whole texts; the start of the text when the word is not found as written."""
+    searched = func.left(resources.c.text, 262144)
+    words = _WORDS.findall(query.lower())
+    if not words:
+        return func.left(searched, SNIPPET_WINDOW)
+    at = func.strpos(func.lower(searched), words[0])
+    return case(
+        (at > 0, func.substr(searched, func.greatest(1, at - SNIPPET_WINDOW // 2), SNIPPET_WINDOW)),
+        else_=func.left(searched, SNIPPET_WINDOW),
+    )
+
+
 async def search_snippets(
     conn: AsyncConnection, tenant_id: int, records: Sequence[ResourceRecord], query: str
 ) -> dict[int, Snippet]:
@@ -160,7 +179,7 @@ async def search_snippets(
     by_text = [record.id for record in records if record.id not in found]
     if not by_text:
         return found
-    body = func.replace(func.replace(func.left(resources.c.text, 262144), _START, ""), _STOP, "")
+    body = func.replace(func.replace(_text_window(query), _START, ""), _STOP, "")
     headline = func.ts_headline(
         "simple", body, func.plainto_tsquery("simple", query), _HEADLINE_OPTIONS
     ).label("headline")
