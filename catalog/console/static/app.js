@@ -3,11 +3,11 @@
 import { ApiError, blobUrls, call, follow, get, imageUrl, isPreviewableImage, session, upload } from "./api.js";
 import { append, bytes, clear, field, h, qs, when } from "./dom.js";
 import { lineDiff } from "./diff.js";
+import { notify } from "./notices.js";
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
 const who = document.getElementById("who");
-const live = document.getElementById("live");
 
 let me = null; // whoami of the signed-in token
 let following = { slug: null, stop: null };
@@ -40,17 +40,20 @@ function problemBox(err) {
   );
 }
 
+// A 401 means the token is no longer good: back to sign in. True when it was one.
+function signedOutBy(err) {
+  if (!(err instanceof ApiError && err.status === 401)) return false;
+  session.signOut();
+  me = null;
+  location.hash = "#/signin";
+  return true;
+}
+
 async function guarded(target, work) {
   try {
     return await work();
   } catch (err) {
-    if (err instanceof ApiError && err.status === 401) {
-      session.signOut();
-      me = null;
-      location.hash = "#/signin";
-      return undefined;
-    }
-    append(target, [problemBox(err)]);
+    if (!signedOutBy(err)) append(target, [problemBox(err)]);
     return undefined;
   }
 }
@@ -132,10 +135,7 @@ function followTenant(slug) {
 
 function showChange(change) {
   const text = `${change.kind} ${change.op}: ${change.uri ?? ""}`;
-  const item = h("div", { class: "event", dataset: { seq: String(change.seq) } }, `#${change.seq} ${text}`);
-  live.prepend(item);
-  while (live.children.length > 4) live.lastChild.remove();
-  setTimeout(() => item.remove(), 20000);
+  notify(`#${change.seq} ${text}`, { kind: "info", dataset: { seq: String(change.seq) } });
   if (onLiveChange) onLiveChange(change);
 }
 
@@ -248,6 +248,16 @@ function crumbsOf(prefix) {
   return out;
 }
 
+// What of a resource matched a search, the matched words marked: built of text nodes and <mark>,
+// never from markup (the parts are curator text).
+function snippetOf(snippet) {
+  if (!snippet) return null;
+  const label = { name: "name", title: "title", description: "description", uri: "URI", text: "text" }[snippet.field] || snippet.field;
+  return h("div", { class: "snippet small", dataset: { field: snippet.field } },
+    h("span", { class: "muted" }, `${label}: `),
+    snippet.parts.map((part) => (part.match ? h("mark", {}, part.text) : part.text)));
+}
+
 async function browsePage(slug, params) {
   const prefix = params.get("prefix") || "";
   const q = params.get("q") || "";
@@ -298,7 +308,7 @@ async function browsePage(slug, params) {
           append(body, [h("tr", {}, h("td", {}, link(item.name, `#/t/${enc(slug)}/browse${qs({ prefix: item.prefix, tag, mimeType: mime })}`, { class: "folder" })), h("td", { class: "muted" }, "folder"), h("td"), h("td"))]);
         } else {
           append(body, [h("tr", { dataset: { uri: r.uri } },
-            h("td", {}, picked.box(r), " ", thumbnail(slug, r), link(q ? r.uri : item.name, `#/t/${enc(slug)}/r/${r.id}`, { class: "file", title: r.uri }), r.title ? h("div", { class: "small muted" }, r.title) : null),
+            h("td", {}, picked.box(r), " ", thumbnail(slug, r), link(q ? r.uri : item.name, `#/t/${enc(slug)}/r/${r.id}`, { class: "file", title: r.uri }), r.title ? h("div", { class: "small muted" }, r.title) : null, snippetOf(r.snippet)),
             h("td", {}, r.mimeType || "—"), h("td", { class: "num" }, bytes(r.size)), h("td", {}, when(r.updatedAt)))]);
         }
         shown += 1;
@@ -413,7 +423,8 @@ async function resourcePage(slug, id, params) {
     async function save(ifMatch) {
       clear(out);
       try {
-        await call("PATCH", `${T(slug)}/resources/${id}`, { body: body(), headers: { "If-Match": ifMatch } });
+        const { data } = await call("PATCH", `${T(slug)}/resources/${id}`, { body: body(), headers: { "If-Match": ifMatch } });
+        notify(`Saved ${data.name} (version ${data.version})`, { kind: "success" });
         location.hash = `#/t/${enc(slug)}/r/${id}`;
       } catch (err) {
         if (err instanceof ApiError && err.status === 412) return conflict();
@@ -458,24 +469,63 @@ async function newResourcePage(slug, params) {
 
 // -- history --------------------------------------------------------------------------------------
 
+// Who made a version: the author's name as the API gives it (a token by its name), the recorded
+// label as a tooltip.
+function authorCell(v) {
+  const a = v.author;
+  if (!a) return h("td", {}, v.changedBy);
+  const note = a.revoked ? " (revoked)" : "";
+  return h("td", { class: "author", title: v.changedBy, dataset: { kind: a.kind } }, `${a.name}${note}`);
+}
+
+// A notice for a failed action of this page: the problem's title and detail, until dismissed.
+function failNotice(err) {
+  if (signedOutBy(err)) return undefined;
+  const p = err instanceof ApiError ? err.problem : { title: "Error", detail: String(err && err.message) };
+  const status = err instanceof ApiError ? `${err.status} ` : "";
+  return notify(`${status}${p.title || "Error"}${p.detail ? `: ${p.detail}` : ""}`, { kind: "error" });
+}
+
 async function historyPage(slug, id) {
   page("History");
   const out = h("div");
   append(main, [out]);
-  const data = await guarded(out, () => get(`${T(slug)}/resources/${id}/versions`));
-  if (!data) return;
-  const versions = data.items;
-  const latest = versions.length ? versions[0].version : 0;
-  const pick = { a: versions.length > 1 ? versions[1].version : latest, b: latest };
+  const base = `${T(slug)}/resources/${id}/versions`;
+  const first = await guarded(out, () => get(`${base}${qs({ limit: 50 })}`));
+  if (!first) return;
+  const latest = first.items.length ? first.items[0].version : 0;
+  const pick = { a: first.items.length > 1 ? first.items[1].version : latest, b: latest };
   const diff = h("section", { id: "diff" });
-  const rows = versions.map((v) => h("tr", { dataset: { version: String(v.version) } },
+  const body = h("tbody");
+  const older = h("button", { type: "button", class: "secondary", id: "versions-older", hidden: true }, "Older versions");
+  const shown = h("p", { class: "muted small", id: "versions-status" });
+  let cursor = null;
+  let count = 0;
+  const row = (v) => h("tr", { dataset: { version: String(v.version) } },
     h("td", {}, radio("a", v.version)), h("td", {}, radio("b", v.version)),
-    h("td", {}, `v${v.version}`), h("td", {}, when(v.changedAt)), h("td", {}, v.changedBy),
+    h("td", {}, `v${v.version}`), h("td", {}, when(v.changedAt)), authorCell(v),
     h("td", {}, h("code", { class: "small" }, v.resource.uri)),
-    h("td", {}, v.version === latest ? h("span", { class: "muted" }, "current") : twoStep(`Restore v${v.version}`, `Confirm restore of v${v.version}`, () => guarded(out, async () => {
-      await call("POST", `${T(slug)}/resources/${id}/versions/${v.version}/restore`);
-      location.hash = `#/t/${enc(slug)}/r/${id}`;
-    }), "danger"))));
+    h("td", {}, v.version === latest ? h("span", { class: "muted" }, "current") : twoStep(`Restore v${v.version}`, `Confirm restore of v${v.version}`, async () => {
+      try {
+        const { data } = await call("POST", `${T(slug)}/resources/${id}/versions/${v.version}/restore`);
+        notify(`Restored v${v.version} as v${data.version}`, { kind: "success" });
+        location.hash = `#/t/${enc(slug)}/r/${id}`;
+      } catch (err) {
+        failNotice(err);
+      }
+    }, "danger")));
+  function show(pageData) {
+    append(body, pageData.items.map(row));
+    count += pageData.items.length;
+    cursor = pageData.nextCursor || null;
+    older.hidden = !cursor;
+    shown.textContent = `${count} version${count === 1 ? "" : "s"} shown${cursor ? "; older ones on the next page" : ""}`;
+  }
+  older.addEventListener("click", async () => {
+    older.disabled = true;
+    await guarded(out, async () => show(await get(`${base}${qs({ limit: 50, cursor })}`)));
+    older.disabled = false;
+  });
   function radio(side, version) {
     const r = h("input", { type: "radio", name: `side-${side}`, value: String(version), "aria-label": `${side === "a" ? "from" : "to"} v${version}` });
     r.checked = pick[side] === version;
@@ -485,15 +535,16 @@ async function historyPage(slug, id) {
   const compare = h("button", { type: "button", id: "compare" }, "Compare selected");
   compare.addEventListener("click", () => guarded(diff, async () => {
     clear(diff);
-    const [a, b] = await Promise.all([get(`${T(slug)}/resources/${id}/versions/${pick.a}`), get(`${T(slug)}/resources/${id}/versions/${pick.b}`)]);
+    const [a, b] = await Promise.all([get(`${base}/${pick.a}`), get(`${base}/${pick.b}`)]);
     const metaRows = lineDiff(JSON.stringify(a.resource, null, 2), JSON.stringify(b.resource, null, 2));
     const textRows = lineDiff(a.text ?? (a.blobSha256 ? `blob ${a.blobSha256}` : ""), b.text ?? (b.blobSha256 ? `blob ${b.blobSha256}` : ""));
-    const show = (rowsOf) => h("div", { class: "diff mono" }, rowsOf.map(([op, line]) => h("span", { class: op === "+" ? "add" : op === "-" ? "del" : "" }, `${op} ${line}`)));
-    append(diff, [h("h2", {}, `v${a.version} → v${b.version}`), h("h3", {}, "Metadata"), show(metaRows), h("h3", {}, "Content"), show(textRows)]);
+    const showDiff = (rowsOf) => h("div", { class: "diff mono" }, rowsOf.map(([op, line]) => h("span", { class: op === "+" ? "add" : op === "-" ? "del" : "" }, `${op} ${line}`)));
+    append(diff, [h("h2", {}, `v${a.version} → v${b.version}`), h("h3", {}, "Metadata"), showDiff(metaRows), h("h3", {}, "Content"), showDiff(textRows)]);
   }));
+  show(first);
   page("History", h("p", {}, link("Back to the resource", `#/t/${enc(slug)}/r/${id}`)),
-    h("table", { id: "versions" }, h("thead", {}, h("tr", {}, h("th", {}, "From"), h("th", {}, "To"), h("th", {}, "Version"), h("th", {}, "When"), h("th", {}, "By"), h("th", {}, "URI"), h("th", {}, ""))), h("tbody", {}, rows)),
-    h("p", {}, compare), diff, out);
+    h("table", { id: "versions" }, h("thead", {}, h("tr", {}, h("th", {}, "From"), h("th", {}, "To"), h("th", {}, "Version"), h("th", {}, "When"), h("th", {}, "By"), h("th", {}, "URI"), h("th", {}, ""))), body),
+    shown, older, h("p", {}, compare), diff, out);
 }
 
 // -- upload ---------------------------------------------------------------------------------------
@@ -735,14 +786,27 @@ async function activityPage(slug) {
   async function loadChanges() {
     await guarded(out, async () => {
       const p = await get(`${T(slug)}/changes${last === null ? qs({ tail: 100 }) : qs({ after: last, limit: 500 })}`);
-      for (const c of p.items) append(changesBody, [changeRow(c)]);
+      addNewest(p.items);
       last = p.lastSeq;
       changesMore.hidden = !p.nextCursor;
     });
   }
+  // The feed is shown newest first: changes (oldest first, as the API gives them) go on top. A
+  // reader who has scrolled down keeps what they read where it was.
+  function addNewest(items) {
+    if (!items.length) return;
+    const anchor = window.scrollY > 0 ? readingAnchor() : null;
+    const top = anchor && anchor.getBoundingClientRect().top;
+    for (const c of items) changesBody.prepend(changeRow(c));
+    if (anchor) window.scrollBy(0, anchor.getBoundingClientRect().top - top);
+  }
+  function readingAnchor() {
+    for (const row of changesBody.children) if (!row.hidden && row.getBoundingClientRect().bottom > 0) return row;
+    return document.getElementById("audit");
+  }
   auditMore.addEventListener("click", loadAudit);
   changesMore.addEventListener("click", loadChanges);
-  onLiveChange = (c) => { if (last !== null && c.seq > last) { append(changesBody, [changeRow(c)]); last = c.seq; } };
+  onLiveChange = (c) => { if (last !== null && c.seq > last) { addNewest([c]); last = c.seq; } };
   await Promise.all([loadAudit(), loadChanges()]);
 }
 

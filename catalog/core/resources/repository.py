@@ -159,13 +159,16 @@ async def delete_row(conn: AsyncConnection, tenant_id: int, resource_id: int) ->
 # -- history --------------------------------------------------------------------------------------
 
 
-async def versions(conn: AsyncConnection, tenant_id: int, resource_id: int) -> list[Row[Any]]:
-    """The resource's history, newest first."""
-    rows = await conn.execute(
-        select(resource_versions)
-        .where(resource_versions.c.tenant_id == tenant_id, resource_versions.c.resource_id == resource_id)
-        .order_by(resource_versions.c.version.desc())
+async def versions(
+    conn: AsyncConnection, tenant_id: int, resource_id: int, *, before: int | None = None, limit: int
+) -> list[Row[Any]]:
+    """Up to ``limit`` versions of the resource's history older than ``before``, newest first."""
+    query = select(resource_versions).where(
+        resource_versions.c.tenant_id == tenant_id, resource_versions.c.resource_id == resource_id
     )
+    if before is not None:
+        query = query.where(resource_versions.c.version < before)
+    rows = await conn.execute(query.order_by(resource_versions.c.version.desc()).limit(limit))
     return list(rows.all())
 
 

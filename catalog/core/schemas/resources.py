@@ -125,6 +125,19 @@ class ResourcePatch(Model):
         return self
 
 
+class SnippetPartOut(Model):
+    text: str
+    match: bool = Field(description="whether this part is what matched the search")
+
+
+class SnippetOut(Model):
+    """What of a resource matched a search (only on a search's answers): some words of one field,
+    in parts, the matched ones marked. Plain text: show it as text, never as markup."""
+
+    field: Literal["name", "title", "description", "uri", "text"]
+    parts: list[SnippetPartOut]
+
+
 class ResourceOut(Model):
     id: int
     uri: str
@@ -145,13 +158,33 @@ class ResourceOut(Model):
     blob_sha256: str | None = None
     text: str | None = None
     blob: str | None = None
+    snippet: SnippetOut | None = Field(
+        default=None, description="only when searching (`q`): what of the resource matched"
+    )
+
+
+class AuthorOut(Model):
+    """Who made a version, named for a reader (``changedBy`` keeps the label as recorded)."""
+
+    kind: Literal["platform", "token", "anonymous", "jwt", "system", "unknown"] = Field(
+        description="platform: the platform admin; token: a token of the tenant; jwt: an OAuth "
+        "subject; system: work the product did (import, restore, cli, demo); unknown: another label"
+    )
+    name: str = Field(
+        description="a display name: the token's name (`token #N` if it has none, `deleted token #N` "
+        "if it is gone), `platform admin`, the system job (`import`), or the OAuth subject as recorded"
+    )
+    token_id: int | None = None
+    subject: str | None = None
+    revoked: bool | None = Field(default=None, description="a token revoked since (present for tokens)")
 
 
 class ResourceVersionOut(Model):
     version: int
     uri: str
     changed_at: datetime
-    changed_by: str
+    changed_by: str = Field(description="the author's label as recorded (`token:1`, `platform-admin`, ...)")
+    author: AuthorOut | None = Field(default=None, description="the author, named (see changedBy)")
     resource: dict[str, Any]
     blob_sha256: str | None = None
     text_sha256: str | None = None
