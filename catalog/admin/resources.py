@@ -31,9 +31,9 @@ from catalog.core.schemas.base import (
 )
 from catalog.core.schemas.resources import (
     MAX_BATCH,
+    AuthorOut,
     ResourceBatchIn,
     ResourceBatchOut,
-    AuthorOut,
     ResourceIn,
     ResourceOut,
     ResourcePatch,
