@@ -1,0 +1,230 @@
+"""The WAL positions every worker of one ``catalog serve`` has notified, shared between them.
+
+:class:`catalog.core.replicas.ReadReplicas` keeps a read from a replica older than a notification
+its process delivered. With ``serve --workers N`` a client told of a change by worker A may read
+through worker B, whose own LISTEN connection has not necessarily received that NOTIFY yet. This
+table closes that gap on one host: every worker publishes what it has notified, and every worker
+reads what all of them have published before it chooses a replica.
+
+**Layout.** One file (in ``/dev/shm`` when there is one), created by the supervisor before it starts
+the workers (:func:`create`) and named to them in :data:`PATH_VARIABLE`; each worker maps it
+(:meth:`SharedPositions.attach`). It holds a header and one row per worker (its index in
+:data:`INDEX_VARIABLE`; a replacement takes the index of the worker it replaces). A row is
+:data:`SLOTS` + 1 slots: slot 0 for a change of any tenant (a listener's gap), the others a fixed
+hash of tenant ids. A slot is two aligned 64-bit words: a sequence and a value. The value is the WAL
+position a replica must have replayed, with :data:`PENDING` set while the position of a change
+notified there is not known yet (the reads it covers run on the primary).
+
+**Concurrency.** Each row has one writer, its worker (one event loop: one thread writes), and any
+number of readers. A value is written under a per-slot sequence lock: the sequence is made odd, the
+value written, the sequence made even again; a reader retries while the sequence is odd or changed
+under it, so a torn 64-bit value is never used. After :data:`READ_TRIES` failed tries the slot
+counts as pending (the primary serves), never as a stale position. The sequence lock relies on the
+processor keeping stores and loads in program order (x86 and x86-64: total store order; CPython
+issues each access from its own C call); elsewhere :func:`attach` declines and the per-process
+rule applies.
+
+**What a collision costs.** Tenants hashed to one slot share its position (the highest of them) and
+its pending mark: a read of one may wait for another's change (more reads on the primary), never
+the reverse. A row left by a worker that died keeps what it published (positions only grow); a
+pending mark it left is resolved by its replacement's first position query, until which those
+tenants read on the primary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import mmap
+import os
+import platform
+import struct
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+logger = logging.getLogger("catalog.replicas")
+
+PATH_VARIABLE = "CATALOG_SHARED_POSITIONS"  # set by the supervisor for its workers
+INDEX_VARIABLE = "CATALOG_WORKER_INDEX"  # set in each worker: its row
+SLOTS = 4096  # tenant slots per row (slot 0, the any-tenant slot, comes on top)
+PENDING = 1 << 63  # the value's top bit: a notified change's position is being asked for
+READ_TRIES = 64
+_MAGIC = b"CATPOS01"
+_HEADER = struct.Struct("<8sII")  # magic, rows, slots per row (tenant slots + 1)
+_HEADER_WORDS = 2  # the header padded to 16 bytes: every slot stays 8-byte aligned
+_WORDS_PER_SLOT = 2  # sequence, value
+_ORDERED_MACHINES = frozenset({"x86_64", "amd64", "i386", "i486", "i586", "i686", "x86"})
+_GOLDEN = 0x9E3779B97F4A7C15  # Fibonacci hashing: neighbouring tenant ids land far apart
+
+
+class Unavailable(Exception):
+    """The shared table cannot be created or used here (the reason is the message)."""
+
+
+def slot_of(tenant_id: int | None) -> int:
+    """The slot of ``tenant_id`` in every row (0: a change of any tenant)."""
+    if tenant_id is None:
+        return 0
+    return 1 + ((tenant_id * _GOLDEN) & 0xFFFFFFFFFFFFFFFF) % SLOTS
+
+
+def _size(rows: int) -> int:
+    return 8 * (_HEADER_WORDS + rows * (SLOTS + 1) * _WORDS_PER_SLOT)
+
+
+def create(rows: int, directory: str | None = None) -> Path:
+    """A zeroed table of ``rows`` rows in a new file (``/dev/shm`` when it exists); raises
+    :class:`Unavailable` with the reason. The caller removes the file when its workers are done."""
+    if platform.machine().lower() not in _ORDERED_MACHINES:
+        raise Unavailable(f"its sequence lock needs x86 memory ordering, and this is {platform.machine()}")
+    if directory is None and os.path.isdir("/dev/shm"):
+        directory = "/dev/shm"
+    try:
+        handle, name = tempfile.mkstemp(prefix="catalog-positions-", dir=directory)
+        try:
+            os.ftruncate(handle, _size(rows))
+            os.pwrite(handle, _HEADER.pack(_MAGIC, rows, SLOTS + 1), 0)
+        finally:
+            os.close(handle)
+    except OSError as exc:
+        raise Unavailable(f"no file for it ({exc})") from None
+    return Path(name)
+
+
+def remove(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+@dataclass(eq=False)
+class SharedPositions:
+    """A worker's view of the table: its own row to write, every row to read."""
+
+    row: int
+    rows: int
+    _map: mmap.mmap
+    _bytes: memoryview
+    _words: memoryview
+    _row_start: int = 0
+    _inherited: list[int] = field(default_factory=list)  # pending slots a dead predecessor left
+
+    @classmethod
+    def attach(cls, path: str | os.PathLike[str], row: int) -> SharedPositions:
+        """Map the table at ``path`` and take row ``row``; raises :class:`Unavailable`."""
+        if platform.machine().lower() not in _ORDERED_MACHINES:
+            raise Unavailable(
+                f"its sequence lock needs x86 memory ordering, and this is {platform.machine()}"
+            )
+        try:
+            with open(path, "r+b") as file:
+                mapped = mmap.mmap(file.fileno(), 0)
+        except (OSError, ValueError) as exc:
+            raise Unavailable(f"cannot map {path} ({exc})") from None
+        if len(mapped) < _HEADER.size:
+            mapped.close()
+            raise Unavailable(f"{path} is not a table of positions")
+        magic, rows, per_row = _HEADER.unpack_from(mapped, 0)
+        if magic != _MAGIC or per_row != SLOTS + 1 or len(mapped) != _size(rows) or not 0 <= row < rows:
+            mapped.close()
+            raise Unavailable(f"{path} is not a table of positions with a row {row}")
+        whole = memoryview(mapped)
+        shared = cls(row, rows, mapped, whole, whole.cast("Q"))
+        shared._row_start = shared._index(row, 0)
+        shared._adopt_row()
+        return shared
+
+    @classmethod
+    def from_environment(cls) -> SharedPositions | None:
+        """The table the supervisor named for this worker, or None: none named (one process, where
+        the per-process rule is exact), or unusable (a log line says why)."""
+        path = os.environ.get(PATH_VARIABLE)
+        if not path:
+            return None
+        try:
+            return cls.attach(path, int(os.environ.get(INDEX_VARIABLE, "")))
+        except (Unavailable, ValueError) as exc:
+            logger.warning(
+                "read replicas: no table of positions shared with the other workers (%s); this"
+                " worker keeps reads behind the notifications it delivered itself only",
+                exc,
+            )
+            return None
+
+    def close(self) -> None:
+        self._words.release()
+        self._bytes.release()
+        self._map.close()
+
+    def _index(self, row: int, slot: int) -> int:
+        return _HEADER_WORDS + (row * (SLOTS + 1) + slot) * _WORDS_PER_SLOT
+
+    def _adopt_row(self) -> None:
+        """Take over this row from a worker that died: a write it left half done is finished (its
+        sequence made even) and its pending marks are kept, to be resolved by :meth:`inherited`'s
+        first position."""
+        words = self._words
+        for slot in range(SLOTS + 1):
+            at = self._row_start + slot * _WORDS_PER_SLOT
+            if words[at] & 1:
+                words[at] += 1
+            if words[at + 1] & PENDING:
+                self._inherited.append(slot)
+
+    # -- the writer: this worker, on its own row ------------------------------------------------
+
+    def _write(self, slot: int, value: int) -> None:
+        words = self._words
+        at = self._row_start + slot * _WORDS_PER_SLOT
+        sequence = words[at]
+        words[at] = sequence + 1  # odd: a write in progress
+        words[at + 1] = value
+        words[at] = sequence + 2
+
+    def _own(self, slot: int) -> int:
+        return self._words[self._row_start + slot * _WORDS_PER_SLOT + 1]
+
+    def mark_pending(self, tenant_id: int | None) -> None:
+        """A change of ``tenant_id`` (None: any) was notified; its position is not known yet."""
+        slot = slot_of(tenant_id)
+        value = self._own(slot)
+        if not value & PENDING:
+            self._write(slot, value | PENDING)
+
+    def publish(self, slot: int, position: int, *, still_pending: bool) -> None:
+        """Slot ``slot``'s changes are at or before ``position``; ``still_pending`` when another
+        change notified there is still waiting for its position."""
+        value = self._own(slot)
+        known = max(value & ~PENDING, position)
+        self._write(slot, known | (PENDING if still_pending else 0))
+
+    def inherited(self) -> list[int]:
+        """The pending slots a dead predecessor left in this row (handed out once)."""
+        slots, self._inherited = self._inherited, []
+        return slots
+
+    # -- the readers: every worker, on every row ------------------------------------------------
+
+    def _read(self, at: int) -> int:
+        words = self._words
+        for _ in range(READ_TRIES):
+            before = words[at]
+            if before & 1:
+                continue
+            value = words[at + 1]
+            if words[at] == before:
+                return value
+        return PENDING  # kept busy or left half written: unknown, so the primary serves
+
+    def required(self, tenant_id: int | None) -> int | None:
+        """The highest position any worker notified for ``tenant_id``'s slot and for any tenant;
+        None while one of them is pending."""
+        slots = (0,) if tenant_id is None else (0, slot_of(tenant_id))
+        highest = 0
+        for row in range(self.rows):
+            for slot in slots:
+                value = self._read(self._index(row, slot))
+                if value & PENDING:
+                    return None
+                highest = max(highest, value)
+        return highest
