@@ -54,6 +54,7 @@ _MAGIC = b"CATPOS01"
 _HEADER = struct.Struct("<8sII")  # magic, rows, slots per row (tenant slots + 1)
 _HEADER_WORDS = 2  # the header padded to 16 bytes: every slot stays 8-byte aligned
 _WORDS_PER_SLOT = 2  # sequence, value
+_ROW_WORDS = (SLOTS + 1) * _WORDS_PER_SLOT
 _ORDERED_MACHINES = frozenset({"x86_64", "amd64", "i386", "i486", "i586", "i686", "x86"})
 _GOLDEN = 0x9E3779B97F4A7C15  # Fibonacci hashing: neighbouring tenant ids land far apart
 
@@ -218,13 +219,22 @@ class SharedPositions:
 
     def required(self, tenant_id: int | None) -> int | None:
         """The highest position any worker notified for ``tenant_id``'s slot and for any tenant;
-        None while one of them is pending."""
-        slots = (0,) if tenant_id is None else (0, slot_of(tenant_id))
+        None while one of them is pending. On every read: the sequence lock's uncontended case is
+        inlined (sequence, value, sequence again), :meth:`_read` retries the rest."""
+        words = self._words
+        offsets = (
+            (_HEADER_WORDS,) if tenant_id is None else (_HEADER_WORDS, self._index(0, slot_of(tenant_id)))
+        )
         highest = 0
-        for row in range(self.rows):
-            for slot in slots:
-                value = self._read(self._index(row, slot))
+        for row_start in range(0, self.rows * _ROW_WORDS, _ROW_WORDS):
+            for offset in offsets:
+                at = row_start + offset
+                before = words[at]
+                value = words[at + 1]
+                if before & 1 or words[at] != before:
+                    value = self._read(at)
                 if value & PENDING:
                     return None
-                highest = max(highest, value)
+                if value > highest:
+                    highest = value
         return highest
