@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -207,3 +208,39 @@ def test_a_table_that_cannot_be_used_is_declined_with_a_line(
 def test_a_row_beyond_the_table_is_declined(table: Path) -> None:
     with pytest.raises(Unavailable, match="with a row 2"):
         SharedPositions.attach(table, 2)
+
+
+def test_the_supervisor_shares_a_table_only_with_replicas_and_falls_back_with_a_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from catalog.serving import Supervisor
+    from catalog.settings import get_settings
+
+    monkeypatch.delenv(replica_positions.PATH_VARIABLE, raising=False)
+    monkeypatch.setenv("CATALOG_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("CATALOG_READ_DATABASE_URL", raising=False)
+    get_settings.cache_clear()
+    supervisor = Supervisor(None, None, 2)  # type: ignore[arg-type]  # only its table is asked for
+    try:
+        assert supervisor._share_positions() is None  # no replicas: nothing to share
+        monkeypatch.setenv("CATALOG_READ_DATABASE_URL", "postgresql://replica/db")
+        get_settings.cache_clear()
+        path = supervisor._share_positions()
+        assert path is not None
+        assert os.environ[replica_positions.PATH_VARIABLE] == str(path)
+        shared = SharedPositions.attach(path, 1)
+        assert shared.rows == 2
+        shared.close()
+        replica_positions.remove(path)
+        monkeypatch.delenv(replica_positions.PATH_VARIABLE)
+
+        def refuse(rows: int, directory: str | None = None) -> Path:
+            raise Unavailable("no room")
+
+        monkeypatch.setattr(replica_positions, "create", refuse)
+        with caplog.at_level(logging.WARNING, logger="catalog.serving"):
+            assert supervisor._share_positions() is None
+        assert "no table of positions shared by the workers (no room)" in caplog.text
+        assert replica_positions.PATH_VARIABLE not in os.environ  # the workers keep their own rule
+    finally:
+        get_settings.cache_clear()
