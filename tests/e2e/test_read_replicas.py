@@ -6,7 +6,9 @@ talks to it over HTTP. Proved here: reads, listings, template listings, completi
 read-only tools reach the standby (its ``pg_stat_activity`` and catalog's own metric say so) with
 the primary's answers; a token revoked on the primary is refused at once while the standby's replay is paused; a stream
 notified of an update reads the new content (from the primary, the standby being behind) and reads
-return to the standby once it has caught up; a stopped standby, or one of a list never up, costs no
+return to the standby once it has caught up; with ``serve --workers 2``, a notification one worker
+delivered holds reads through the other worker, whose own listener has not received it (a proxy,
+``tests/notify_proxy.py``, holds it back), to the same rule; a stopped standby, or one of a list never up, costs no
 request; a standby lagging beyond ``CATALOG_READ_MAX_LAG_MS`` is skipped; a bad setting ends
 ``serve`` with one line naming it.
 """
