@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import re
 import statistics
 import tempfile
@@ -131,9 +132,9 @@ async def routing_cost(rows: int) -> dict[str, float]:
     """ns per ``required_here`` call with a shared table of ``rows`` rows and without one (the
     median of :data:`ROUTING_ROUNDS` interleaved rounds of :data:`ROUTING_CALLS` calls each)."""
     engine = create_engine("postgresql://nobody@127.0.0.1:1/none", pool_size=1)  # never connected
-    with tempfile.TemporaryDirectory() as directory:
-        path = replica_positions.create(rows, directory=directory)
-        views = [SharedPositions.attach(path, row) for row in range(rows)]
+    fd = replica_positions.create(rows)
+    try:
+        views = [SharedPositions.attach(fd, row) for row in range(rows)]
         for row, view in enumerate(views):
             for tenant_id in range(1, ROUTING_TENANTS + 1):
                 view.publish(
@@ -158,6 +159,8 @@ async def routing_cost(rows: int) -> dict[str, float]:
         for view in views:
             view.close()
         shared.shared = None
+    finally:
+        os.close(fd)
     await engine.dispose()
     alone_ns = statistics.median(timings["alone"])
     shared_ns = statistics.median(timings["shared"])

@@ -54,7 +54,6 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
-from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -309,11 +308,18 @@ def import_app() -> None:
     freeze_start_up_imports()
 
 
-def _worker_main(config: uvicorn.Config, sock: socket.socket, index: int) -> None:
+def _worker_main(
+    config: uvicorn.Config,
+    sock: socket.socket,
+    index: int,
+    positions: replica_positions.TableHandle | None = None,
+) -> None:
     """A worker process: follow the supervisor, then serve (spawned, so nothing is inherited).
-    ``index`` is its row in the shared table of notified positions (a replacement takes the row of
-    the worker it replaces)."""
-    os.environ[replica_positions.INDEX_VARIABLE] = str(index)
+    ``positions``: the table of notified positions the workers share, and ``index`` its row in it
+    (a replacement takes the row of the worker it replaces), for the app to map."""
+    if positions is not None:
+        os.environ[replica_positions.FD_VARIABLE] = str(positions.fd)
+        os.environ[replica_positions.INDEX_VARIABLE] = str(index)
     follow_supervisor()
     config.configure_logging()
     with contextlib.suppress(KeyboardInterrupt), collector_paused():  # until the server has started
@@ -367,10 +373,13 @@ class Supervisor:
         self._context = multiprocessing.get_context("spawn")
         self._processes: list[BaseProcess] = []
         self._stop = threading.Event()
+        self._positions: replica_positions.TableHandle | None = None
 
     def _start_worker(self, index: int) -> BaseProcess:
         process = self._context.Process(
-            target=_worker_main, args=(self.config, self.sock, index), name="catalog-worker"
+            target=_worker_main,
+            args=(self.config, self.sock, index, self._positions),
+            name="catalog-worker",
         )
         process.start()
         logger.info("started worker process [%s]", process.pid)
@@ -384,7 +393,7 @@ class Supervisor:
         os.environ["CATALOG_WORKERS"] = str(self.workers)  # each takes its share of per-caller limits
         previous = {signum: signal.signal(signum, self._on_signal) for signum in _STOP_SIGNALS}
         metrics_dir = metrics.prepare_multiprocess_dir()  # before any worker imports prometheus_client
-        positions = self._share_positions()
+        self._positions = self._share_positions()
         try:
             self._processes = [self._start_worker(index) for index in range(self.workers)]
             while not self._stop.wait(0.5):
@@ -403,16 +412,17 @@ class Supervisor:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             metrics.remove_multiprocess_dir(metrics_dir)
-            if positions is not None:
-                replica_positions.remove(positions)
+            if self._positions is not None:
+                os.close(self._positions.fd)
+                self._positions = None
 
-    def _share_positions(self) -> Path | None:
-        """The workers' table of notified positions, when they read on replicas (named to them in
-        the environment they inherit); None, with a log line, when it cannot be created."""
+    def _share_positions(self) -> replica_positions.TableHandle | None:
+        """The workers' table of notified positions, when they read on replicas (handed to each as
+        it starts); None, with a log line, when it cannot be created."""
         if not get_settings().read_database_url:
             return None
         try:
-            path = replica_positions.create(self.workers)
+            fd = replica_positions.create(self.workers)
         except replica_positions.Unavailable as exc:
             logger.warning(
                 "read replicas: no table of positions shared by the workers (%s); each worker keeps"
@@ -420,8 +430,7 @@ class Supervisor:
                 exc,
             )
             return None
-        os.environ[replica_positions.PATH_VARIABLE] = str(path)
-        return path
+        return replica_positions.TableHandle(fd)
 
     def _stop_workers(self) -> None:
         for process in self._processes:

@@ -6,10 +6,12 @@ through worker B, whose own LISTEN connection has not necessarily received that 
 table closes that gap on one host: every worker publishes what it has notified, and every worker
 reads what all of them have published before it chooses a replica.
 
-**Layout.** One file (in ``/dev/shm`` when there is one), created by the supervisor before it starts
-the workers (:func:`create`) and named to them in :data:`PATH_VARIABLE`; each worker maps it
-(:meth:`SharedPositions.attach`). It holds a header and one row per worker (its index in
-:data:`INDEX_VARIABLE`; a replacement takes the index of the worker it replaces). A row is
+**Layout.** One anonymous file in memory (``memfd_create``; elsewhere a temporary file unlinked at
+once), created by the supervisor before it starts the workers (:func:`create`) and handed to each
+as an open descriptor (:class:`TableHandle`, passed like the listening socket); each worker maps it
+(:meth:`SharedPositions.attach`). Having no name, it never outlives the processes holding it, however
+they end. It holds a header and one row per worker (its index in :data:`INDEX_VARIABLE`; a
+replacement takes the index of the worker it replaces). A row is
 :data:`SLOTS` + 1 slots: slot 0 for a change of any tenant (a listener's gap), the others a fixed
 hash of tenant ids. A slot is two aligned 64-bit words: a sequence and a value. The value is the WAL
 position a replica must have replayed, with :data:`PENDING` set while the position of a change
@@ -33,19 +35,19 @@ tenants read on the primary.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import mmap
 import os
 import platform
 import struct
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger("catalog.replicas")
 
-PATH_VARIABLE = "CATALOG_SHARED_POSITIONS"  # set by the supervisor for its workers
+FD_VARIABLE = "CATALOG_SHARED_POSITIONS_FD"  # set in each worker: its descriptor of the table
 INDEX_VARIABLE = "CATALOG_WORKER_INDEX"  # set in each worker: its row
 SLOTS = 4096  # tenant slots per row (slot 0, the any-tenant slot, comes on top)
 PENDING = 1 << 63  # the value's top bit: a notified change's position is being asked for
@@ -74,28 +76,42 @@ def _size(rows: int) -> int:
     return 8 * (_HEADER_WORDS + rows * (SLOTS + 1) * _WORDS_PER_SLOT)
 
 
-def create(rows: int, directory: str | None = None) -> Path:
-    """A zeroed table of ``rows`` rows in a new file (``/dev/shm`` when it exists); raises
-    :class:`Unavailable` with the reason. The caller removes the file when its workers are done."""
+def create(rows: int) -> int:
+    """An open descriptor of a new zeroed table of ``rows`` rows; raises :class:`Unavailable` with
+    the reason. The caller closes it when its workers no longer need it."""
     if platform.machine().lower() not in _ORDERED_MACHINES:
         raise Unavailable(f"its sequence lock needs x86 memory ordering, and this is {platform.machine()}")
-    if directory is None and os.path.isdir("/dev/shm"):
-        directory = "/dev/shm"
+    handle = -1
     try:
-        handle, name = tempfile.mkstemp(prefix="catalog-positions-", dir=directory)
-        try:
-            os.ftruncate(handle, _size(rows))
-            os.pwrite(handle, _HEADER.pack(_MAGIC, rows, SLOTS + 1), 0)
-        finally:
-            os.close(handle)
+        if hasattr(os, "memfd_create"):
+            handle = os.memfd_create("catalog-positions", os.MFD_CLOEXEC)
+        else:
+            handle, name = tempfile.mkstemp(prefix="catalog-positions-")
+            os.unlink(name)
+        os.ftruncate(handle, _size(rows))
+        os.pwrite(handle, _HEADER.pack(_MAGIC, rows, SLOTS + 1), 0)
     except OSError as exc:
-        raise Unavailable(f"no file for it ({exc})") from None
-    return Path(name)
+        if handle >= 0:
+            os.close(handle)
+        raise Unavailable(f"no memory for it ({exc})") from None
+    return handle
 
 
-def remove(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        path.unlink()
+class TableHandle:
+    """The table's descriptor, as a spawned worker receives it: pickled for the child like a socket
+    (the descriptor is duplicated into the new process as it starts)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self) -> tuple[Callable[[Any], TableHandle], tuple[Any]]:
+        from multiprocessing.reduction import DupFd
+
+        return _rebuild_handle, (DupFd(self.fd),)
+
+
+def _rebuild_handle(duplicate: Any) -> TableHandle:
+    return TableHandle(duplicate.detach())
 
 
 @dataclass(eq=False)
@@ -111,24 +127,23 @@ class SharedPositions:
     _inherited: list[int] = field(default_factory=list)  # pending slots a dead predecessor left
 
     @classmethod
-    def attach(cls, path: str | os.PathLike[str], row: int) -> SharedPositions:
-        """Map the table at ``path`` and take row ``row``; raises :class:`Unavailable`."""
+    def attach(cls, fd: int, row: int) -> SharedPositions:
+        """Map the table open as ``fd`` and take row ``row``; raises :class:`Unavailable`."""
         if platform.machine().lower() not in _ORDERED_MACHINES:
             raise Unavailable(
                 f"its sequence lock needs x86 memory ordering, and this is {platform.machine()}"
             )
         try:
-            with open(path, "r+b") as file:
-                mapped = mmap.mmap(file.fileno(), 0)
+            mapped = mmap.mmap(fd, 0)
         except (OSError, ValueError) as exc:
-            raise Unavailable(f"cannot map {path} ({exc})") from None
+            raise Unavailable(f"cannot map descriptor {fd} ({exc})") from None
         if len(mapped) < _HEADER.size:
             mapped.close()
-            raise Unavailable(f"{path} is not a table of positions")
+            raise Unavailable(f"descriptor {fd} is not a table of positions")
         magic, rows, per_row = _HEADER.unpack_from(mapped, 0)
         if magic != _MAGIC or per_row != SLOTS + 1 or len(mapped) != _size(rows) or not 0 <= row < rows:
             mapped.close()
-            raise Unavailable(f"{path} is not a table of positions with a row {row}")
+            raise Unavailable(f"descriptor {fd} is not a table of positions with a row {row}")
         whole = memoryview(mapped)
         shared = cls(row, rows, mapped, whole, whole.cast("Q"))
         shared._row_start = shared._index(row, 0)
@@ -137,13 +152,13 @@ class SharedPositions:
 
     @classmethod
     def from_environment(cls) -> SharedPositions | None:
-        """The table the supervisor named for this worker, or None: none named (one process, where
-        the per-process rule is exact), or unusable (a log line says why)."""
-        path = os.environ.get(PATH_VARIABLE)
-        if not path:
+        """The table the supervisor handed this worker, or None: none (one process, where the
+        per-process rule is exact), or unusable (a log line says why)."""
+        fd = os.environ.get(FD_VARIABLE)
+        if not fd:
             return None
         try:
-            return cls.attach(path, int(os.environ.get(INDEX_VARIABLE, "")))
+            return cls.attach(int(fd), int(os.environ.get(INDEX_VARIABLE, "")))
         except (Unavailable, ValueError) as exc:
             logger.warning(
                 "read replicas: no table of positions shared with the other workers (%s); this"

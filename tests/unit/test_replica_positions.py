@@ -15,20 +15,20 @@ from pathlib import Path
 import pytest
 
 from catalog.core import replica_positions
-from catalog.core.replica_positions import PENDING, SLOTS, SharedPositions, Unavailable, slot_of
+from catalog.core.replica_positions import PENDING, SLOTS, SharedPositions, TableHandle, Unavailable, slot_of
 from catalog.core.replicas import ReadReplicas
 from catalog.db.engine import create_engine
 
 
 @pytest.fixture
-def table(tmp_path: Path) -> Iterator[Path]:
-    path = replica_positions.create(2, directory=str(tmp_path))
-    yield path
-    replica_positions.remove(path)
+def table() -> Iterator[int]:
+    fd = replica_positions.create(2)
+    yield fd
+    os.close(fd)
 
 
 @pytest.fixture
-def workers(table: Path) -> Iterator[tuple[SharedPositions, SharedPositions]]:
+def workers(table: int) -> Iterator[tuple[SharedPositions, SharedPositions]]:
     a, b = SharedPositions.attach(table, 0), SharedPositions.attach(table, 1)
     yield a, b
     a.close()
@@ -75,7 +75,7 @@ def test_a_collision_only_makes_reads_more_conservative(
     assert b.required(7) == 900
 
 
-def test_a_slot_left_half_written_reads_as_pending(table: Path) -> None:
+def test_a_slot_left_half_written_reads_as_pending(table: int) -> None:
     a = SharedPositions.attach(table, 0)
     b = SharedPositions.attach(table, 1)
     try:
@@ -88,7 +88,7 @@ def test_a_slot_left_half_written_reads_as_pending(table: Path) -> None:
         b.close()
 
 
-def test_a_replacement_worker_takes_over_the_row_and_resolves_what_it_left_pending(table: Path) -> None:
+def test_a_replacement_worker_takes_over_the_row_and_resolves_what_it_left_pending(table: int) -> None:
     dead = SharedPositions.attach(table, 0)
     dead.publish(slot_of(3), 100, still_pending=False)
     dead.mark_pending(4)
@@ -120,9 +120,7 @@ async def engine() -> AsyncIterator[object]:
         await engine.dispose()
 
 
-async def test_a_change_one_worker_notified_holds_the_other_workers_reads(
-    engine: object, table: Path
-) -> None:
+async def test_a_change_one_worker_notified_holds_the_other_workers_reads(engine: object, table: int) -> None:
     a = ReadReplicas(engine, [], max_lag_ms=1000, shared=SharedPositions.attach(table, 0))  # type: ignore[arg-type]
     b = ReadReplicas(engine, [], max_lag_ms=1000, shared=SharedPositions.attach(table, 1))  # type: ignore[arg-type]
     try:
@@ -141,7 +139,7 @@ async def test_a_change_one_worker_notified_holds_the_other_workers_reads(
         await b.dispose()
 
 
-async def test_a_slot_stays_pending_while_a_later_change_there_waits(engine: object, table: Path) -> None:
+async def test_a_slot_stays_pending_while_a_later_change_there_waits(engine: object, table: int) -> None:
     a = ReadReplicas(engine, [], max_lag_ms=1000, shared=SharedPositions.attach(table, 0))  # type: ignore[arg-type]
     reader = SharedPositions.attach(table, 1)
     try:
@@ -154,17 +152,20 @@ async def test_a_slot_stays_pending_while_a_later_change_there_waits(engine: obj
         reader.close()
 
 
-def _write_many(path: str, count: int) -> None:
-    shared = SharedPositions.attach(path, 0)
+def _write_many(handle: TableHandle, count: int) -> None:
+    shared = SharedPositions.attach(handle.fd, 0)
     for n in range(1, count + 1):
         # Every write changes both 32-bit halves, so a torn read would be a value never written.
         shared.publish(1, (n << 32) | (0xFFFFFFFF - n), still_pending=False)
     shared.close()
 
 
-def test_a_position_is_never_read_torn_while_another_process_writes(table: Path) -> None:
+def test_a_position_is_never_read_torn_while_another_process_writes(table: int) -> None:
+    """The writer is a spawned process handed the table as the supervisor hands it to a worker."""
     count = 200_000
-    writer = multiprocessing.get_context("spawn").Process(target=_write_many, args=(str(table), count))
+    writer = multiprocessing.get_context("spawn").Process(
+        target=_write_many, args=(TableHandle(table), count)
+    )
     reader = SharedPositions.attach(table, 1)
     try:
         writer.start()
@@ -190,22 +191,29 @@ def test_a_table_that_cannot_be_used_is_declined_with_a_line(
 ) -> None:
     other = tmp_path / "not-a-table"
     other.write_bytes(b"x" * 64)
-    with pytest.raises(Unavailable, match="not a table of positions"):
-        SharedPositions.attach(other, 0)
+    with open(other, "r+b") as file:
+        with pytest.raises(Unavailable, match="not a table of positions"):
+            SharedPositions.attach(file.fileno(), 0)
+        closed = file.fileno()
     with pytest.raises(Unavailable, match="cannot map"):
-        SharedPositions.attach(tmp_path / "missing", 0)
-    with pytest.raises(Unavailable, match="no file for it"):
-        replica_positions.create(2, directory=str(tmp_path / "missing-directory"))
-    monkeypatch.setenv(replica_positions.PATH_VARIABLE, str(tmp_path / "missing"))
+        SharedPositions.attach(closed, 0)
+
+    def no_memory(name: str, flags: int = 0) -> int:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(os, "memfd_create", no_memory)
+    with pytest.raises(Unavailable, match="no memory for it"):
+        replica_positions.create(2)
+    monkeypatch.setenv(replica_positions.FD_VARIABLE, str(closed))
     monkeypatch.setenv(replica_positions.INDEX_VARIABLE, "0")
     with caplog.at_level(logging.WARNING, logger="catalog.replicas"):
         assert SharedPositions.from_environment() is None
     assert "no table of positions shared with the other workers" in caplog.text
-    monkeypatch.delenv(replica_positions.PATH_VARIABLE)
+    monkeypatch.delenv(replica_positions.FD_VARIABLE)
     assert SharedPositions.from_environment() is None  # one process: nothing to share
 
 
-def test_a_row_beyond_the_table_is_declined(table: Path) -> None:
+def test_a_row_beyond_the_table_is_declined(table: int) -> None:
     with pytest.raises(Unavailable, match="with a row 2"):
         SharedPositions.attach(table, 2)
 
@@ -216,7 +224,6 @@ def test_the_supervisor_shares_a_table_only_with_replicas_and_falls_back_with_a_
     from catalog.serving import Supervisor
     from catalog.settings import get_settings
 
-    monkeypatch.delenv(replica_positions.PATH_VARIABLE, raising=False)
     monkeypatch.setenv("CATALOG_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("CATALOG_READ_DATABASE_URL", raising=False)
     get_settings.cache_clear()
@@ -225,22 +232,19 @@ def test_the_supervisor_shares_a_table_only_with_replicas_and_falls_back_with_a_
         assert supervisor._share_positions() is None  # no replicas: nothing to share
         monkeypatch.setenv("CATALOG_READ_DATABASE_URL", "postgresql://replica/db")
         get_settings.cache_clear()
-        path = supervisor._share_positions()
-        assert path is not None
-        assert os.environ[replica_positions.PATH_VARIABLE] == str(path)
-        shared = SharedPositions.attach(path, 1)
+        handle = supervisor._share_positions()
+        assert handle is not None
+        shared = SharedPositions.attach(handle.fd, 1)
         assert shared.rows == 2
         shared.close()
-        replica_positions.remove(path)
-        monkeypatch.delenv(replica_positions.PATH_VARIABLE)
+        os.close(handle.fd)
 
-        def refuse(rows: int, directory: str | None = None) -> Path:
+        def refuse(rows: int) -> int:
             raise Unavailable("no room")
 
         monkeypatch.setattr(replica_positions, "create", refuse)
         with caplog.at_level(logging.WARNING, logger="catalog.serving"):
             assert supervisor._share_positions() is None
         assert "no table of positions shared by the workers (no room)" in caplog.text
-        assert replica_positions.PATH_VARIABLE not in os.environ  # the workers keep their own rule
     finally:
         get_settings.cache_clear()
