@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import base64
 import random
-import struct
-import uuid
-import zlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -20,8 +17,8 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import async_playwright
 
-from tests.conftest import _admin
 from tests.e2e.test_console_browser import ARTIFACTS, CHROMIUM, WAIT_MS, png, wait_until
+from tests.mcp_helpers import module_database
 from tests.processes import Served, catalog_env, run_catalog, serving, started
 
 pytestmark = [
@@ -40,18 +37,7 @@ TENANT = "verbs"
 def noisy_png(width: int, height: int) -> bytes:
     """A valid RGB PNG of random pixels: it does not compress, so its size is about 3 bytes a pixel."""
     noise = random.Random(width * height)
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    rows = b"".join(b"\x00" + noise.randbytes(3 * width) for _ in range(height))
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(rows))
-        + chunk(b"IEND", b"")
-    )
+    return png(width, height, pixels=lambda width: noise.randbytes(3 * width))
 
 
 # -- the server, the browser ----------------------------------------------------------------------
@@ -59,12 +45,8 @@ def noisy_png(width: int, height: int) -> bytes:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def verbs_database(postgres_server: Any, template_database: str) -> AsyncIterator[str]:
-    name = f"catalog_verbs_{uuid.uuid4().hex[:10]}"
-    await _admin(postgres_server, f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
-    try:
-        yield postgres_server.url_for(name)
-    finally:
-        await _admin(postgres_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    async with module_database(postgres_server, template_database) as url:
+        yield url
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
