@@ -37,6 +37,8 @@ from collections.abc import AsyncIterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from catalog.core import blobs as blob_store
 from catalog.core.catalog import Catalog
 from catalog.core.principal import Principal
@@ -107,13 +109,22 @@ class Prepared:
 
 
 def _json(value: Any) -> str:
-    # None as JSON null, as every other write path stores it (SQLAlchemy's JSON type does).
-    return json.dumps(value, separators=(",", ":"))
+    """``value`` as the JSON text a jsonb column of the staging table takes; None as JSON null, as
+    every other write path stores it (SQLAlchemy's JSON type does). orjson: a few times faster than
+    the standard library, and the same jsonb value (the text differs only in escaping non-ASCII,
+    which the database decodes); an integer beyond 64 bits, which orjson refuses, goes through
+    ``json.dumps``. Validated bodies hold no NaN or Infinity (``storable_json_problem``)."""
+    if value is None:
+        return "null"
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value, separators=(",", ":"))
 
 
 def _finish(values: list[Any], columns: dict[str, Any], text_sha256: str | None) -> None:
     snapshot = snapshot_of(columns)
-    values.append(json.dumps(snapshot, separators=(",", ":")))
+    values.append(_json(snapshot))
     values.append(content_digest(snapshot, text_sha256, columns["blob_sha256"]))
 
 
