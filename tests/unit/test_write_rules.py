@@ -12,6 +12,7 @@ clauses of the one SQL statement ``writer.apply_sql`` builds (``IS DISTINCT FROM
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 
 from catalog.core.audit import digest
 from catalog.core.errors import InvalidInput, PreconditionFailed, TooLarge
+from catalog.core.resources.bulk import _json
 from catalog.core.resources.record import (
     METADATA_FIELDS,
     ResourceRecord,
@@ -255,3 +257,30 @@ def test_last_modified_defaults_to_the_last_content_change() -> None:
     assert effective_annotations({"lastModified": "2020-01-01T00:00:00Z"}, WHEN) == {
         "lastModified": "2020-01-01T00:00:00Z"
     }
+
+
+# JSON as the set-based import stages it (``bulk._json``, orjson with a json.dumps fallback): any
+# value a validated body can hold -- no NaN or Infinity, no NUL or unpaired surrogate -- reads back
+# as the same value the standard library's text does, so the jsonb stored is the same.
+_STORABLE_TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _STORABLE_TEXT,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(_STORABLE_TEXT, children, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(_JSON_VALUES)
+def test_staged_json_reads_back_as_the_standard_librarys_text_does(value: Any) -> None:
+    staged = _json(value)
+    assert json.loads(staged) == json.loads(json.dumps(value)) == value
+
+
+def test_staged_json_of_an_integer_beyond_64_bits_is_the_standard_librarys() -> None:
+    assert _json({"n": 2**70}) == '{"n":1180591620717411303424}'
+    assert _json(None) == "null"
+    assert _json({"é": "ü"}) == '{"é":"ü"}'
