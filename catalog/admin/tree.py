@@ -45,6 +45,7 @@ async def browse_tree(
         cursor=cursor,
         limit=limit,
         filters=ListingFilter(tag=tag, mime_type=mime_type),
+        carry_directories=True,
     )
     items = []
     for entry in entries:

@@ -68,6 +68,7 @@ async def tree_page(
     limit: int = DEFAULT_PAGE,
     filters: ListingFilter = NO_FILTER,
     listing: str = "admin.tree",
+    carry_directories: bool = False,
 ) -> tuple[list[TreeEntry], str | None]:
     """One keyset page of the folder at ``prefix``: its sub-folders and its resources, in URI order.
 
@@ -78,12 +79,15 @@ async def tree_page(
     as the flat listing apply; a folder appears only if something visible is under it. ``listing``
     names the surface, so a cursor of one surface's tree is refused by another's.
 
-    A directory resource and its folder are one entry (:class:`TreeEntry` with both), placed where
+    With ``carry_directories`` (the admin API's tree, so the console's), a directory resource and
+    its folder are one entry (:class:`TreeEntry` with both), placed where
     the resource sorts: meeting a shown ``inode/directory`` resource costs one probe for something
     shown under its folder (else it stays a plain resource), and meeting a folder whose directory
     resource this call has not met costs one probe for that resource (shown already: the folder is
     skipped, not listed twice). So it holds across pages, whatever falls between ``…/api`` and
-    ``…/api/`` in byte order (``…/api-v2``, ``…/api.md``) and wherever a page ends.
+    ``…/api/`` in byte order (``…/api-v2``, ``…/api.md``) and wherever a page ends. Without it
+    (the ``list_resources`` tool, whose page counts its resources and folders apart) the two are
+    separate entries, each at its own place.
     """
     listing = f"{listing}:{prefix}"
     filters = ListingFilter(uri_prefix=prefix or None, tag=filters.tag, mime_type=filters.mime_type)
@@ -114,7 +118,7 @@ async def tree_page(
                     continue
                 folder = folder_of(record.uri, prefix)
                 if folder is None:
-                    named = directory_folder(record, prefix)
+                    named = directory_folder(record, prefix) if carry_directories else None
                     if named is not None and await _shows_under(conn, visibility, filters, named):
                         carried.add(named)
                         entries.append(TreeEntry(folder=named, record=record))
@@ -123,8 +127,9 @@ async def tree_page(
                     skip_under = None
                     after, inclusive = record.uri, False
                 else:
-                    if folder not in carried and not await _shown_directory(
-                        conn, visibility, filters, folder, prefix
+                    if folder not in carried and not (
+                        carry_directories
+                        and await _shown_directory(conn, visibility, filters, folder, prefix)
                     ):
                         entries.append(TreeEntry(folder=folder))
                     skip_under = folder
