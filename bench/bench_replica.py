@@ -18,6 +18,14 @@ second, each update a change notification that the server's listener receives, s
 consistency rule (no read older than a delivered notification) sends a read to the primary until
 the primary's position after it is known and then only to a standby that has replayed it.
 
+The read path's cost of the table ``serve --workers N`` shares between its workers (the WAL
+positions each notified: ``catalog.core.replica_positions``) is measured in the same run, in
+process, since it is microseconds against a read of milliseconds and would vanish in the servers'
+noise: ``ReadReplicas.required_here`` (what every read asks before it chooses a replica) per call
+with the table of 2 and of 8 workers' rows, against the same call without a table (a single
+process's rule), interleaved round by round; the added time is also put against this run's median
+``serial`` read through the replica.
+
 Reported: where the reads ran (the ``replica`` server's ``catalog_read_replica_reads_total{target}``
 and ``catalog_read_replica_skips_total{reason}``, and the standby's own ``xact_commit``), throughput
 replica / primary per round, and the median latency of each shape with the replica on and off.
@@ -34,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import re
 import statistics
 import tempfile
@@ -54,6 +63,10 @@ from bench.harness import (
 )
 from bench.http import closed_loop, mcp_request
 from bench.replication import replicated
+from catalog.core import replica_positions
+from catalog.core.replica_positions import SharedPositions
+from catalog.core.replicas import ReadReplicas
+from catalog.db.engine import create_engine
 
 URI = "file:///bench/hello.txt"
 TEXT = "hello, world"
@@ -107,6 +120,57 @@ async def caught_up(primary: str, standby: str, within_s: float = 60) -> None:
     finally:
         await p.close()
         await s.close()
+
+
+ROUTING_ROWS = (2, 8)  # workers sharing the table
+ROUTING_CALLS = 100_000
+ROUTING_ROUNDS = 5
+ROUTING_TENANTS = 1000  # tenant ids the calls cycle through (each with a published position)
+
+
+async def routing_cost(rows: int) -> dict[str, float]:
+    """ns per ``required_here`` call with a shared table of ``rows`` rows and without one (the
+    median of :data:`ROUTING_ROUNDS` interleaved rounds of :data:`ROUTING_CALLS` calls each)."""
+    engine = create_engine("postgresql://nobody@127.0.0.1:1/none", pool_size=1)  # never connected
+    fd = replica_positions.create(rows)
+    try:
+        views = [SharedPositions.attach(fd, row) for row in range(rows)]
+        for row, view in enumerate(views):
+            for tenant_id in range(1, ROUTING_TENANTS + 1):
+                view.publish(
+                    replica_positions.slot_of(tenant_id), 1000 * tenant_id + row, still_pending=False
+                )
+        alone = ReadReplicas(engine, [], 0.0)
+        shared = ReadReplicas(engine, [], 0.0, shared=views[0])
+        tenants = [1 + i % ROUTING_TENANTS for i in range(ROUTING_CALLS)]
+
+        def per_call(replicas: ReadReplicas) -> float:
+            required = replicas.required_here
+            started = time.perf_counter_ns()
+            for tenant_id in tenants:
+                required(tenant_id)
+            return (time.perf_counter_ns() - started) / ROUTING_CALLS
+
+        timings: dict[str, list[float]] = {"alone": [], "shared": []}
+        for _ in range(ROUTING_ROUNDS):
+            timings["alone"].append(per_call(alone))
+            timings["shared"].append(per_call(shared))
+        assert shared.required_here(7) == 7000 + rows - 1  # the highest row's position is read
+        for view in views:
+            view.close()
+        shared.shared = None
+    finally:
+        os.close(fd)
+    await engine.dispose()
+    alone_ns = statistics.median(timings["alone"])
+    shared_ns = statistics.median(timings["shared"])
+    return {
+        "rows": rows,
+        "alone_ns": alone_ns,
+        "shared_ns": shared_ns,
+        "ratio": shared_ns / alone_ns,
+        "added_us": (shared_ns - alone_ns) / 1000,
+    }
 
 
 @contextlib.asynccontextmanager
@@ -224,7 +288,13 @@ async def run(
     result = summarise(
         samples, routing, standby_xacts, updates, seconds, rounds, concurrency, writes, resources
     )
-    return {**result, "synchronous_commit": synchronous_commit}
+    serial_read_ms = result["shapes"]["serial"]["cases"]["replica"]["latency_median_ms"]
+    shared_table = []
+    for rows in ROUTING_ROWS:
+        cost = await routing_cost(rows)
+        cost["share_of_serial_read"] = cost["added_us"] / (serial_read_ms * 1000)
+        shared_table.append(cost)
+    return {**result, "synchronous_commit": synchronous_commit, "shared_positions": shared_table}
 
 
 def summarise(
@@ -300,6 +370,15 @@ def report(result: dict[str, Any]) -> None:
         )
 
 
+def report_routing(result: dict[str, Any]) -> None:
+    for cost in result.get("shared_positions", []):
+        print(
+            f"  shared positions, {cost['rows']} workers' rows: required_here {cost['shared_ns']:.0f} ns"
+            f" vs {cost['alone_ns']:.0f} ns alone ({cost['ratio']:.2f}x, +{cost['added_us']:.2f} us a read,"
+            f" {cost['share_of_serial_read']:.2%} of the serial read through the replica)"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=3)
@@ -324,6 +403,7 @@ def main() -> None:
         f" {args.rounds} rounds of {args.seconds}s -> {path} [{SECTIONS[args.synchronous_commit]}]"
     )
     report(result)
+    report_routing(result)
 
 
 if __name__ == "__main__":

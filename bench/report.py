@@ -580,7 +580,45 @@ def _replica_part(replica: dict[str, Any] | None) -> list[str]:
                 rows,
             )
         )
+        parts += _shared_positions_lines(result.get("shared_positions"))
     return parts
+
+
+def _shared_positions_lines(costs: list[dict[str, Any]] | None) -> list[str]:
+    """What the workers' shared table of notified positions adds to a read (same run, in process)."""
+    if not costs:
+        return []
+    lines = [
+        "",
+        "`serve --workers N`'s shared table of notified positions, per read (`ReadReplicas.required_here`,"
+        " in process, same run; baseline: the same call without the table):",
+        "",
+    ]
+    rows = [
+        [
+            str(cost["rows"]),
+            f"{cost['shared_ns']:.0f}",
+            f"{cost['alone_ns']:.0f}",
+            _x(cost["ratio"]),
+            f"+{cost['added_us']:.2f}",
+            f"{cost['share_of_serial_read']:.2%}",
+        ]
+        for cost in costs
+    ]
+    lines.append(
+        _table(
+            [
+                "workers' rows",
+                "with table ns",
+                "without ns",
+                "ratio",
+                "added µs",
+                "of the serial replica read",
+            ],
+            rows,
+        )
+    )
+    return lines
 
 
 # A key each result has had since the benchmarks drove ``catalog serve`` against the floors; a file

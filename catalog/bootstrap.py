@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from catalog.core.catalog import Catalog
 from catalog.core.errors import database_unavailable
+from catalog.core.replica_positions import SharedPositions
 from catalog.core.replicas import ReadReplicas, Replica
 from catalog.db import migrate as migrations  # also what `catalog migrate` drives
 from catalog.db.embedded import EmbeddedPostgres
@@ -89,7 +90,8 @@ def read_replicas(catalog: Catalog, app_role: str | None) -> ReadReplicas:
 
     No connection is opened here: a replica down at start-up is skipped at its first read like one
     that went down later, and serving begins. The role is the primary's (a physical standby has
-    the primary's roles; probing would connect).
+    the primary's roles; probing would connect). A worker of ``serve --workers N`` also maps the
+    table of notified positions its supervisor shares with the other workers.
     """
     settings = catalog.settings
     replicas = []
@@ -97,7 +99,9 @@ def read_replicas(catalog: Catalog, app_role: str | None) -> ReadReplicas:
         engine = _engine(settings, url, pool_size=None, app_role=app_role)
         reader = Catalog(engine=engine, settings=settings, page_visibilities=catalog.page_visibilities)
         replicas.append(Replica(f"{url.host or 'localhost'}:{url.port or 5432}", reader))
-    return ReadReplicas(catalog.engine, replicas, float(settings.read_max_lag_ms))
+    return ReadReplicas(
+        catalog.engine, replicas, float(settings.read_max_lag_ms), shared=SharedPositions.from_environment()
+    )
 
 
 @functools.cache

@@ -20,6 +20,11 @@ The serve entry owns everything process-wide (the app factory owns none of it):
   supervisor's socket keeps the port bound and never listens. Elsewhere the workers share it. Each
   follows its supervisor (``PR_SET_PDEATHSIG``: a supervisor killed outright takes its workers with
   it), a worker that dies is replaced, and SIGTERM/SIGINT stop them all gracefully.
+* **Read replicas** (``CATALOG_READ_DATABASE_URL``): before the workers start, the supervisor
+  creates the table in which they share the WAL positions of the changes each has notified
+  (:mod:`catalog.core.replica_positions`), so that no worker reads from a replica older than a
+  notification another one delivered. If it cannot, a log line says so and each worker keeps the
+  rule for its own notifications only.
 * **Observability**: uvicorn's access log is off (``catalog.observability`` writes one structured
   line per request instead) and its loggers use catalog's format (``CATALOG_LOG_FORMAT``). The
   supervisor gives its workers one fresh ``PROMETHEUS_MULTIPROC_DIR`` before they start, so
@@ -56,6 +61,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from catalog.auth.refusals import PROBLEM_MEDIA_TYPE, encode_problem, problem_body
+from catalog.core import replica_positions
 from catalog.observability import metrics
 from catalog.observability.logs import logging_config
 from catalog.runtime import (
@@ -302,8 +308,18 @@ def import_app() -> None:
     freeze_start_up_imports()
 
 
-def _worker_main(config: uvicorn.Config, sock: socket.socket) -> None:
-    """A worker process: follow the supervisor, then serve (spawned, so nothing is inherited)."""
+def _worker_main(
+    config: uvicorn.Config,
+    sock: socket.socket,
+    index: int,
+    positions: replica_positions.TableHandle | None = None,
+) -> None:
+    """A worker process: follow the supervisor, then serve (spawned, so nothing is inherited).
+    ``positions``: the table of notified positions the workers share, and ``index`` its row in it
+    (a replacement takes the row of the worker it replaces), for the app to map."""
+    if positions is not None:
+        os.environ[replica_positions.FD_VARIABLE] = str(positions.fd)
+        os.environ[replica_positions.INDEX_VARIABLE] = str(index)
     follow_supervisor()
     config.configure_logging()
     with contextlib.suppress(KeyboardInterrupt), collector_paused():  # until the server has started
@@ -357,10 +373,13 @@ class Supervisor:
         self._context = multiprocessing.get_context("spawn")
         self._processes: list[BaseProcess] = []
         self._stop = threading.Event()
+        self._positions: replica_positions.TableHandle | None = None
 
-    def _start_worker(self) -> BaseProcess:
+    def _start_worker(self, index: int) -> BaseProcess:
         process = self._context.Process(
-            target=_worker_main, args=(self.config, self.sock), name="catalog-worker"
+            target=_worker_main,
+            args=(self.config, self.sock, index, self._positions),
+            name="catalog-worker",
         )
         process.start()
         logger.info("started worker process [%s]", process.pid)
@@ -374,8 +393,9 @@ class Supervisor:
         os.environ["CATALOG_WORKERS"] = str(self.workers)  # each takes its share of per-caller limits
         previous = {signum: signal.signal(signum, self._on_signal) for signum in _STOP_SIGNALS}
         metrics_dir = metrics.prepare_multiprocess_dir()  # before any worker imports prometheus_client
+        self._positions = self._share_positions()
         try:
-            self._processes = [self._start_worker() for _ in range(self.workers)]
+            self._processes = [self._start_worker(index) for index in range(self.workers)]
             while not self._stop.wait(0.5):
                 for index, process in enumerate(self._processes):
                     if not process.is_alive() and not self._stop.is_set():
@@ -386,12 +406,31 @@ class Supervisor:
                         )
                         if process.pid is not None:
                             metrics.worker_exited(process.pid)
-                        self._processes[index] = self._start_worker()
+                        self._processes[index] = self._start_worker(index)
             self._stop_workers()
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             metrics.remove_multiprocess_dir(metrics_dir)
+            if self._positions is not None:
+                os.close(self._positions.fd)
+                self._positions = None
+
+    def _share_positions(self) -> replica_positions.TableHandle | None:
+        """The workers' table of notified positions, when they read on replicas (handed to each as
+        it starts); None, with a log line, when it cannot be created."""
+        if not get_settings().read_database_url:
+            return None
+        try:
+            fd = replica_positions.create(self.workers)
+        except replica_positions.Unavailable as exc:
+            logger.warning(
+                "read replicas: no table of positions shared by the workers (%s); each worker keeps"
+                " reads behind the notifications it delivered itself only",
+                exc,
+            )
+            return None
+        return replica_positions.TableHandle(fd)
 
     def _stop_workers(self) -> None:
         for process in self._processes:

@@ -16,7 +16,10 @@ from fastapi.responses import JSONResponse
 from catalog.admin.deps import AdminTenantDep, CatalogDep, Cursor, ItemId, LimitDep, PrincipalDep
 from catalog.core import resources as core
 from catalog.core.errors import FieldError, InvalidInput
+from catalog.core.principal import Author
 from catalog.core.resources import ListingFilter, ResourceRecord
+from catalog.core.resources.batch import apply_batch
+from catalog.core.resources.search import Snippet
 from catalog.core.schemas.base import (
     MAX_SEARCH_LENGTH,
     MEDIA_TYPE_FILTER_PATTERN,
@@ -27,12 +30,18 @@ from catalog.core.schemas.base import (
     UriPrefix,
 )
 from catalog.core.schemas.resources import (
+    MAX_BATCH,
+    AuthorOut,
+    ResourceBatchIn,
+    ResourceBatchOut,
     ResourceIn,
     ResourceOut,
     ResourcePatch,
     ResourcePut,
     ResourceVersionDetailOut,
     ResourceVersionOut,
+    SnippetOut,
+    SnippetPartOut,
 )
 
 router = APIRouter(prefix="/tenants/{slug}/resources", tags=["resources"])
@@ -92,17 +101,28 @@ async def list_resources(
     q: Search = None,
     mime_type: MimeFilter = None,
 ) -> Page[ResourceOut]:
-    """Resources in URI byte order, a keyset page at a time (no content; see ``include=content``)."""
+    """Resources in URI byte order, a keyset page at a time (no content; see ``include=content``).
+    A search (``q``) adds to each resource a ``snippet`` of what matched."""
+    filters = ListingFilter(uri_prefix=uri_prefix, tag=tag, query=q, mime_type=mime_type)
+    if q:
+        records, snippets, next_cursor = await core.search_resources(
+            catalog, principal, tenant, listing="admin.resources", cursor=cursor, limit=limit, filters=filters
+        )
+        items = [_with_snippet(r.to_out(), snippets.get(r.id)) for r in records]
+        return Page[ResourceOut](items=items, next_cursor=next_cursor)
     records, next_cursor = await core.list_resources(
-        catalog,
-        principal,
-        tenant,
-        listing="admin.resources",
-        cursor=cursor,
-        limit=limit,
-        filters=ListingFilter(uri_prefix=uri_prefix, tag=tag, query=q, mime_type=mime_type),
+        catalog, principal, tenant, listing="admin.resources", cursor=cursor, limit=limit, filters=filters
     )
     return Page[ResourceOut](items=[r.to_out() for r in records], next_cursor=next_cursor)
+
+
+def _with_snippet(out: ResourceOut, snippet: Snippet | None) -> ResourceOut:
+    if snippet is not None:
+        out.snippet = SnippetOut(
+            field=snippet.field,
+            parts=[SnippetPartOut(text=text, match=match) for text, match in snippet.parts],
+        )
+    return out
 
 
 @router.post(
@@ -119,6 +139,24 @@ async def create_resource(
     no content (e.g. an ``inode/directory``). ``size`` is computed. A taken URI is 409."""
     record = await core.create_resource(catalog, principal, tenant, body)
     return _answer(record, status.HTTP_201_CREATED, Location=_location(tenant.slug, record))
+
+
+@router.post(
+    "/batch",
+    response_model=ResourceBatchOut,
+    description=(
+        f"One action over up to {MAX_BATCH} resources by id, in one transaction: all or nothing. "
+        "`delete` deletes them; `tag` adds `tag` to each (one that carries it already is left "
+        "alone); `grant` gives `scope` a `{scope, uri}` grant of each one's URI (an existing one is "
+        "kept). An id that is not a resource of this tenant is a 422 pointing at it (`/ids/3`), "
+        "and nothing is changed. Each item is audited as its single operation is."
+    ),
+    responses={422: {"description": "invalid input, or ids not in this tenant (named); nothing changed"}},
+)
+async def batch(
+    body: ResourceBatchIn, tenant: AdminTenantDep, catalog: CatalogDep, principal: PrincipalDep
+) -> ResourceBatchOut:
+    return await apply_batch(catalog, principal, tenant, body)
 
 
 @router.put(
@@ -201,19 +239,32 @@ async def delete_resource(
     response_model_exclude_none=True,
     responses=_RESPONSES,
 )
-async def list_versions(id: ItemId, tenant: AdminTenantDep, catalog: CatalogDep) -> Page[ResourceVersionOut]:
-    """The resource's history, newest version first (content named by sha256, not inlined)."""
-    rows = await core.list_versions(catalog, tenant, id)
-    return Page[ResourceVersionOut](items=[_version_out(row) for row in rows])
+async def list_versions(
+    id: ItemId,
+    tenant: AdminTenantDep,
+    catalog: CatalogDep,
+    principal: PrincipalDep,
+    limit: LimitDep,
+    cursor: Cursor = None,
+) -> Page[ResourceVersionOut]:
+    """The resource's history, newest version first, a keyset page at a time (content named by
+    sha256, not inlined). ``author`` names who made each version (a token by its name)."""
+    entries, next_cursor = await core.list_versions(
+        catalog, principal, tenant, id, cursor=cursor, limit=limit
+    )
+    return Page[ResourceVersionOut](
+        items=[_version_out(e.row, e.author) for e in entries], next_cursor=next_cursor
+    )
 
 
-def _version_out(row: Any) -> ResourceVersionOut:
+def _version_out(row: Any, author: Author | None = None) -> ResourceVersionOut:
     """One entry of the history; its content is named by digest, not inlined."""
     return ResourceVersionOut(
         version=row.version,
         uri=row.uri,
         changed_at=row.changed_at,
         changed_by=row.changed_by,
+        author=AuthorOut.model_validate(author, from_attributes=True) if author else None,
         resource=row.snapshot,
         blob_sha256=row.blob_sha256,
         text_sha256=hashlib.sha256(row.text.encode()).hexdigest() if row.text is not None else None,
@@ -231,8 +282,8 @@ async def get_version(
 ) -> ResourceVersionDetailOut:
     """One version: its metadata and its text (a blob is named by ``blobSha256``; fetch it from
     ``/blobs/{sha256}``)."""
-    row = await core.get_version(catalog, tenant, id, version)
-    return ResourceVersionDetailOut(**_version_out(row).model_dump(), text=row.text)
+    entry = await core.get_version(catalog, tenant, id, version)
+    return ResourceVersionDetailOut(**_version_out(entry.row, entry.author).model_dump(), text=entry.row.text)
 
 
 @router.post(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Row, delete, func, insert, select
+from sqlalchemy import Row, delete, func, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from catalog.core.audit import AuditEntry, digest, record_audit
 from catalog.core.catalog import Catalog
@@ -38,37 +40,51 @@ async def create_grant(catalog: Catalog, principal: Principal, tenant: Tenant, b
     """Store the grant; the answer carries ``warnings`` when it may cover more than meant."""
     try:
         async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
-            row = (
-                await conn.execute(
-                    insert(grants)
-                    .values(
-                        tenant_id=tenant.id,
-                        scope=body.scope,
-                        uri=body.uri,
-                        uri_prefix=body.uri_prefix,
-                        tag=body.tag,
-                    )
-                    .returning(*grants.c)
-                )
-            ).one()
-            await record_audit(
-                conn,
-                tenant.id,
-                principal,
-                AuditEntry(
-                    action="grant.create",
-                    target_kind="grant",
-                    target_id=row.id,
-                    uri=_selector(row),
-                    after=_digest(row),
-                    detail={"scope": row.scope},
-                ),
-            )
+            row = await insert_grant(conn, principal, tenant, body)
     except IntegrityError:
         raise Conflict("the same grant exists already") from None
+    if row is None:
+        raise Conflict("the same grant exists already")
     return GrantCreated.model_validate(row, from_attributes=True).model_copy(
         update={"warnings": body.warnings() or None}
     )
+
+
+async def insert_grant(
+    conn: AsyncConnection, principal: Principal, tenant: Tenant, body: GrantIn
+) -> Row[Any] | None:
+    """Store the grant and audit it, in the caller's transaction (one grant, alone or in a batch
+    of resources); None, writing nothing, when the same grant exists already."""
+    row = (
+        await conn.execute(
+            pg_insert(grants)
+            .values(
+                tenant_id=tenant.id,
+                scope=body.scope,
+                uri=body.uri,
+                uri_prefix=body.uri_prefix,
+                tag=body.tag,
+            )
+            .on_conflict_do_nothing()
+            .returning(*grants.c)
+        )
+    ).one_or_none()
+    if row is None:
+        return None
+    await record_audit(
+        conn,
+        tenant.id,
+        principal,
+        AuditEntry(
+            action="grant.create",
+            target_kind="grant",
+            target_id=row.id,
+            uri=_selector(row),
+            after=_digest(row),
+            detail={"scope": row.scope},
+        ),
+    )
+    return row
 
 
 async def list_grants(catalog: Catalog, tenant: Tenant) -> list[GrantOut]:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
 PrincipalKind = Literal["platform", "token", "anonymous", "jwt", "system"]
+# Who wrote something, read back from the label it was recorded under (``unknown``: a label this
+# version does not spell, kept as it is).
+AuthorKind = Literal["platform", "token", "anonymous", "jwt", "system", "unknown"]
 
 
 @dataclass(frozen=True)
@@ -75,3 +79,54 @@ class Principal:
         if self.kind == "jwt":
             return f"jwt:{self.subject}"
         return f"token:{self.token_id}"
+
+
+@dataclass(frozen=True)
+class Author:
+    """Who a recorded label (:attr:`Principal.label`, e.g. a version's ``changed_by``) names, and
+    how to call them: a token by its name, the platform admin, a system job by its label."""
+
+    kind: AuthorKind
+    name: str
+    token_id: int | None = None
+    subject: str | None = None
+    # A token revoked since (its row and name are kept); None when not a token.
+    revoked: bool | None = None
+
+
+@dataclass(frozen=True)
+class TokenName:
+    """What naming a token needs of its row."""
+
+    name: str | None
+    revoked: bool
+
+
+def token_id_of_label(label: str) -> int | None:
+    """The token id a ``token:N`` label names, else None."""
+    kind, _, rest = label.partition(":")
+    if kind == "token" and rest.isascii() and rest.isdigit() and len(rest) <= 19:
+        return int(rest)
+    return None
+
+
+def author_of_label(label: str, tokens: Mapping[int, TokenName]) -> Author:
+    """The inverse of :attr:`Principal.label`, with a display name: a token by its name (``token
+    #N`` when it has none, ``deleted token #N`` when its row is gone: ``tokens`` holds the rows
+    that exist), the platform admin, a system job (``import``) or an OAuth subject as recorded."""
+    token_id = token_id_of_label(label)
+    if token_id is not None:
+        token = tokens.get(token_id)
+        if token is None:
+            return Author("token", f"deleted token #{token_id}", token_id=token_id)
+        return Author("token", token.name or f"token #{token_id}", token_id=token_id, revoked=token.revoked)
+    if label == "platform-admin":
+        return Author("platform", "platform admin")
+    if label == "anonymous":
+        return Author("anonymous", "anonymous")
+    kind, colon, rest = label.partition(":")
+    if colon and kind == "system":
+        return Author("system", rest or "catalog", subject=rest or None)
+    if colon and kind == "jwt" and rest:
+        return Author("jwt", rest, subject=rest)
+    return Author("unknown", label)

@@ -11,6 +11,9 @@ the primary first, then reads with the principal on the replica).
 Which replica: round robin over those that are up, not lagging beyond ``CATALOG_READ_MAX_LAG_MS``
 and, when the read must not be older than a notification this process delivered for the tenant
 (:meth:`ReadReplicas.changed`), whose replay position is past that notification's WAL position.
+With ``serve --workers N`` the same holds for a notification any worker of the host delivered: each
+publishes its notified positions in a table they share (:mod:`catalog.core.replica_positions`) and
+reads all of theirs before it chooses.
 Otherwise, and when a replica refuses or fails (skipped for :data:`DOWN_FOR_S`, with a log line
 and ``catalog_read_replica_skips_total``), the read runs on the primary: nothing fails for it.
 
@@ -36,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from catalog.core.catalog import Catalog
 from catalog.core.errors import database_unavailable, pool_exhausted
+from catalog.core.replica_positions import SharedPositions, slot_of
 from catalog.observability import metrics
 
 logger = logging.getLogger("catalog.replicas")
@@ -97,6 +101,13 @@ class ReadReplicas:
     _samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=_SAMPLES))
     _refreshed: float = 0.0
     _refreshing: asyncio.Task[None] | None = None
+    # The positions every worker of this host notified (None: one process, or the table unusable).
+    shared: SharedPositions | None = None
+    _inherited: list[int] = field(default_factory=list)  # shared slots a dead predecessor left pending
+
+    def __post_init__(self) -> None:
+        if self.shared is not None:
+            self._inherited = self.shared.inherited()
 
     def changed(self, tenant_id: int | None) -> None:
         """A change of ``tenant_id`` (None: of any tenant, as after a gap) was notified and is about
@@ -105,16 +116,24 @@ class ReadReplicas:
 
         Called before the event is published, so no read it prompts can come first. One position
         query at a time answers every change notified before it began (its insert position is at or
-        after their commits: a notification is sent once its transaction committed)."""
+        after their commits: a notification is sent once its transaction committed).
+
+        The shared table is marked too, before the event is published, so that a read the event
+        prompts through another worker waits for the same position."""
         if tenant_id is None:
             self._pending_all = True
         else:
             self._pending.add(tenant_id)
+        if self.shared is not None:
+            self.shared.mark_pending(tenant_id)
+        self._start_stamping()
+
+    def _start_stamping(self) -> None:
         if self._stamping_task is None or self._stamping_task.done():
             self._stamping_task = asyncio.get_running_loop().create_task(self._stamp())
 
     async def _stamp(self) -> None:
-        while self._pending or self._pending_all:
+        while self._pending or self._pending_all or self._inherited:
             self._stamping, self._stamping_all = self._pending, self._pending_all
             self._pending, self._pending_all = set(), False
             try:
@@ -134,7 +153,24 @@ class ReadReplicas:
                     self._notified[tenant_id] = position
             if self._stamping_all:
                 self._floor = max(self._floor, position)
+            if self.shared is not None:
+                self._publish(position)
             self._stamping, self._stamping_all = set(), False
+
+    def _publish(self, position: int) -> None:
+        """Publish ``position`` in this worker's row for the changes just stamped (and the slots a
+        dead predecessor left pending); a slot stays pending while a change notified there since
+        is still waiting for its own position."""
+        assert self.shared is not None
+        still = {slot_of(tenant_id) for tenant_id in self._pending}
+        if self._pending_all:
+            still.add(slot_of(None))
+        slots = {slot_of(tenant_id) for tenant_id in self._stamping} | set(self._inherited)
+        if self._stamping_all:
+            slots.add(slot_of(None))
+        self._inherited = []
+        for slot in slots:
+            self.shared.publish(slot, position, still_pending=slot in still)
 
     def required(self, tenant_id: int | None) -> int | None:
         """The WAL position a replica must have replayed to serve ``tenant_id``; None while a
@@ -147,11 +183,19 @@ class ReadReplicas:
             return None
         return max(self._floor, self._notified.get(tenant_id, 0))
 
+    def required_here(self, tenant_id: int | None) -> int | None:
+        """:meth:`required`, and what every worker of this host notified (:attr:`shared`)."""
+        local = self.required(tenant_id)
+        if local is None or self.shared is None:
+            return local
+        shared = self.shared.required(tenant_id)
+        return None if shared is None else max(local, shared)
+
     async def choose(self, tenant_id: int | None) -> Replica | None:
         """A replica to read ``tenant_id``'s rows on, or None for the primary."""
         self._refresh_soon()
         now = time.monotonic()
-        required = self.required(tenant_id)
+        required = self.required_here(tenant_id)
         if required is None:
             metrics.READ_REPLICA_SKIPS.labels("behind").inc()
             return None
@@ -237,6 +281,9 @@ class ReadReplicas:
                 task.cancel()
         for replica in self.replicas:
             await replica.engine.dispose()
+        if self.shared is not None:
+            self.shared.close()
+            self.shared = None
 
 
 async def on_replica(

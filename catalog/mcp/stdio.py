@@ -139,29 +139,56 @@ class StdioHost:
     async def serve(self, read_stream: Any, write_stream: Any) -> None:
         """Serve the client on these streams until it closes its end (or the hub stops)."""
         observed_send, observed_receive = anyio.create_memory_object_stream[Item](0)
-        state = {PRINCIPAL_STATE_KEY: self.principal}
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(self._observe, read_stream, observed_send)
+            tasks.start_soon(self._observe, read_stream, observed_send, write_stream)
             if self.hub is not None:
                 tasks.start_soon(self.feed.run, self.hub, write_stream)
-            await serve_dual_era_loop(
-                self.server,
-                observed_receive,
-                write_stream,
-                lifespan_state=state,
-                init_options=self.server.create_initialization_options(),
-            )
+            await self._serve_loop(observed_receive, write_stream)
             self.listen.close()
             tasks.cancel_scope.cancel()
 
-    async def _observe(self, source: Any, sink: MemoryObjectSendStream[Item]) -> None:
+    async def _serve_loop(self, read_stream: Any, write_stream: Any) -> None:
+        """The SDK's loop: the era is the one its first request opens (and then fixed)."""
+        await serve_dual_era_loop(
+            self.server,
+            read_stream,
+            write_stream,
+            lifespan_state={PRINCIPAL_STATE_KEY: self.principal},
+            init_options=self.server.create_initialization_options(),
+        )
+
+    async def _answer_probe(self, probe: SessionMessage, write_stream: Any) -> None:
+        """A ``server/discover`` sent before the era is chosen (a dual-era client's probe, COMPAT-10),
+        answered by a 2026-07-28 loop of its own, so that an ``initialize`` after it still opens a
+        2025-11-25 session (the SDK fixes the era on the first request a loop sees)."""
+        probe_send, probe_receive = anyio.create_memory_object_stream[Item](1)
+        answer_send, answer_receive = anyio.create_memory_object_stream[SessionMessage](16)
+        async with anyio.create_task_group() as tasks, answer_receive:
+            tasks.start_soon(self._serve_loop, probe_receive, answer_send)
+            # Its input stays open until the answer is out: the loop cancels what is in flight at EOF.
+            async with probe_send:
+                await probe_send.send(probe)
+                async for answer in answer_receive:
+                    await write_stream.send(answer)
+                    if isinstance(answer.message, types.JSONRPCResponse | types.JSONRPCError):
+                        break
+
+    async def _observe(self, source: Any, sink: MemoryObjectSendStream[Item], write_stream: Any) -> None:
         """Relay the client's messages to the SDK's loop, noting which era the connection is (its
-        first request, as the SDK decides) and the 2025 handshake's end (from then on the session's
-        notifications may be sent)."""
+        first request other than a discover probe, as the SDK decides) and the 2025 handshake's end
+        (from then on the session's notifications may be sent)."""
         first = True
         async with sink:
             async for item in source:
                 message = item.message if isinstance(item, SessionMessage) else None
+                if (
+                    first
+                    and isinstance(message, types.JSONRPCRequest)
+                    and message.method == "server/discover"
+                ):
+                    assert isinstance(item, SessionMessage)
+                    await self._answer_probe(item, write_stream)
+                    continue
                 if first and isinstance(message, types.JSONRPCRequest):
                     first = False
                     if message.method != "initialize":

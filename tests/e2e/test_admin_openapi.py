@@ -31,6 +31,7 @@ CONTRACT = {
     "/admin/v1/tenants/{slug}/templates/preview": {"post"},
     "/admin/v1/tenants/{slug}/grants/preview": {"get"},
     "/admin/v1/tenants/{slug}/changes/stream": {"get"},
+    "/admin/v1/tenants/{slug}/resources/batch": {"post"},
 }
 
 

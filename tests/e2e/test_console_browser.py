@@ -17,9 +17,8 @@ import json
 import os
 import struct
 import tempfile
-import uuid
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import async_playwright  # the `test` extra installs it
 
-from tests.conftest import _admin
-from tests.mcp_helpers import MODERN
+from tests.mcp_helpers import MODERN, module_database
 from tests.processes import Served, catalog_env, run_catalog, serving, started
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -67,13 +65,14 @@ def item_uri(i: int) -> str:
     return f"file:///data/d{i // PER_FOLDER:02d}/item-{i:05d}.txt"
 
 
-def png(width: int = 2, height: int = 2) -> bytes:
-    """A small valid RGB PNG (no imaging library needed)."""
+def png(width: int = 2, height: int = 2, pixels: Callable[[int], bytes] | None = None) -> bytes:
+    """A valid RGB PNG (no imaging library needed): a flat colour, or each row's ``pixels(width)``."""
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
-    rows = b"".join(b"\x00" + b"\xd0\x40\x20" * width for _ in range(height))
+    row = pixels or (lambda width: b"\xd0\x40\x20" * width)
+    rows = b"".join(b"\x00" + row(width) for _ in range(height))
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     return (
         b"\x89PNG\r\n\x1a\n"
@@ -88,12 +87,8 @@ def png(width: int = 2, height: int = 2) -> bytes:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def console_database(postgres_server: Any, template_database: str) -> AsyncIterator[str]:
-    name = f"catalog_console_{uuid.uuid4().hex[:10]}"
-    await _admin(postgres_server, f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
-    try:
-        yield postgres_server.url_for(name)
-    finally:
-        await _admin(postgres_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    async with module_database(postgres_server, template_database) as url:
+        yield url
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")

@@ -6,7 +6,6 @@ opens the directory resource itself. The browser, tab and helpers are those of
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from tests.conftest import _admin
 from tests.e2e import test_console_browser as console
 from tests.e2e.test_console_browser import ADMIN_TOKEN, CHROMIUM, open_hash, shot, sign_in
+from tests.mcp_helpers import module_database
 from tests.processes import Served, catalog_env, run_catalog, serving, started
 
 pytestmark = [
@@ -44,12 +43,8 @@ FILES = {  # the folder a curator imports, under file:///imp/
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def console_database(postgres_server: Any, template_database: str) -> AsyncIterator[str]:
-    name = f"catalog_console_dirs_{uuid.uuid4().hex[:10]}"
-    await _admin(postgres_server, f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
-    try:
-        yield postgres_server.url_for(name)
-    finally:
-        await _admin(postgres_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    async with module_database(postgres_server, template_database) as url:
+        yield url
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
@@ -76,8 +71,8 @@ def server(console_database: str, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 async def row_names(page: Any) -> list[str]:
-    """The name of each row of the listing (a row's first link: the folder or the file)."""
-    return await page.locator("#listing tbody tr td:first-child > a:first-child").all_inner_texts()
+    """The name of each row of the listing (its folder or file link)."""
+    return await page.locator("#listing tbody tr td:first-child :is(a.folder, a.file)").all_inner_texts()
 
 
 async def test_an_imported_directory_is_one_row_that_opens_the_folder_and_the_resource(

@@ -6,7 +6,9 @@ talks to it over HTTP. Proved here: reads, listings, template listings, completi
 read-only tools reach the standby (its ``pg_stat_activity`` and catalog's own metric say so) with
 the primary's answers; a token revoked on the primary is refused at once while the standby's replay is paused; a stream
 notified of an update reads the new content (from the primary, the standby being behind) and reads
-return to the standby once it has caught up; a stopped standby, or one of a list never up, costs no
+return to the standby once it has caught up; with ``serve --workers 2``, a notification one worker
+delivered holds reads through the other worker, whose own listener has not received it (a proxy,
+``tests/notify_proxy.py``, holds it back), to the same rule; a stopped standby, or one of a list never up, costs no
 request; a standby lagging beyond ``CATALOG_READ_MAX_LAG_MS`` is skipped; a bad setting ends
 ``serve`` with one line naming it.
 """
@@ -25,6 +27,7 @@ import asyncpg
 import httpx
 import httpx2
 import mcp_types as types
+import psutil
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -44,7 +47,17 @@ from catalog.db.engine import create_engine
 from catalog.settings import Settings
 from tests.conftest import free_port
 from tests.mcp_helpers import envelope, modern_headers
-from tests.processes import Served, catalog_env, run_catalog, serving, started
+from tests.notify_proxy import NotifyProxy, notify_proxy
+from tests.processes import (
+    Served,
+    catalog_env,
+    my_ports,
+    run_catalog,
+    serving,
+    started,
+    worker_of,
+    worker_processes,
+)
 from tests.replication import Replication, replication, wait_until
 
 __all__ = ["replication"]  # the session fixture, used by this module's fixtures
@@ -392,3 +405,124 @@ async def test_a_list_of_replicas_with_one_never_up_serves_every_read(
         assert metric(listed, "catalog_read_replica_reads", target="replica") >= 3
         assert metric(listed, "catalog_read_replica_skips", reason="down") >= 1
         assert f"read replica 127.0.0.1:{closed} skipped" in listed.printed()
+
+
+# -- serve --workers 2: a notification delivered by one worker holds reads through the other ------
+
+
+def pinned_client(served: Served, token: str) -> Client:
+    """A client on one kept-alive connection, so the worker serving it is knowable."""
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+        limits=httpx2.Limits(max_connections=1, max_keepalive_connections=1),
+    )
+    return Client(streamable_http_client(served.mcp_url, http_client=http), mode="2026-07-28", cache=None)
+
+
+def listener_ports(served: Served, proxy: NotifyProxy) -> dict[int, int]:
+    """Each worker's pid -> the local port of its LISTEN connection through ``proxy``."""
+    ports = {}
+    for worker in worker_processes(served):
+        for conn in worker.net_connections("tcp"):
+            if conn.raddr and conn.raddr.port == proxy.port and conn.status == psutil.CONN_ESTABLISHED:
+                ports[worker.pid] = conn.laddr.port
+    return ports
+
+
+async def test_a_notification_one_worker_delivered_holds_reads_through_the_other_worker(
+    tokens: dict[str, str], replication: Replication, tmp_path: Path
+) -> None:
+    """``serve --workers 2``: a stream held on worker A is told of an update while the standby's
+    replay is paused and worker B's LISTEN connection has not received the NOTIFY (a proxy holds it
+    back); a read through B's socket gets the new content, from the primary, because A published the
+    change in the table the workers share. After replay resumes, B's reads reach the standby again.
+
+    ``CATALOG_READ_MAX_LAG_MS=0``: the lag bound is off, so only the notification rule keeps B's
+    reads off the paused standby (with per-process positions alone, B would read the old text)."""
+    settings = Settings(database_url=replication.primary.url, home=tmp_path)
+    engine = create_engine(settings.async_database_url(), pool_size=1, max_overflow=0)
+    catalog = Catalog(engine=engine, settings=settings)
+    tenant = await find_tenant(catalog, "replicas")
+    assert tenant is not None
+    try:
+        with notify_proxy("127.0.0.1", replication.primary.port) as proxy:
+            env = catalog_env(
+                CATALOG_DATABASE_URL=replication.primary.url,
+                CATALOG_LISTEN_DATABASE_URL=(
+                    f"postgresql://postgres@127.0.0.1:{proxy.port}/postgres?sslmode=disable"
+                ),
+                CATALOG_READ_DATABASE_URL=replication.standby.url,
+                CATALOG_READ_MAX_LAG_MS="0",
+                CATALOG_HOME=str(tmp_path / "home"),
+                CATALOG_ADMIN_TOKEN=ADMIN_TOKEN,
+                CATALOG_SECRET_KEY="replica-test-secret-key-0123456789",
+                CATALOG_METRICS_ACCESS="open",
+                CATALOG_RATE_LIMIT_PER_MINUTE="0",
+                CATALOG_LOG_FORMAT="text",
+            )
+            with serving("--workers", "2", env=env) as server:
+                two = await asyncio.to_thread(started, server, 2)
+
+                async def both_listening() -> bool:
+                    return len(listener_ports(two, proxy)) == 2
+
+                await poll(both_listening, "both workers' LISTEN connections through the proxy")
+                listeners = listener_ports(two, proxy)
+                async with contextlib.AsyncExitStack() as stack:
+                    before = my_ports(two)
+                    listening = await stack.enter_async_context(pinned_client(two, tokens["reader"]))
+                    stream = await stack.enter_async_context(
+                        listening.listen(resource_subscriptions=[WATCHED])
+                    )
+                    (stream_port,) = my_ports(two) - before
+                    worker_a = worker_of(two, stream_port)
+                    (worker_b,) = set(listeners) - {worker_a}
+                    reader = await _client_on(two, worker_b, tokens["reader"], stack)
+                    await poll(lambda: caught_up(replication), "the standby caught up")
+
+                    told = f"told by worker {worker_a}"
+                    proxy.hold(listeners[worker_b])
+                    async with replay_paused(replication):
+                        resource = {"uri": WATCHED, "name": "watched", "mimeType": "text/plain", "text": told}
+                        await upsert_resource(catalog, SYSTEM, tenant, ResourceIn.model_validate(resource))
+                        assert str((await _next_update(stream)).uri) == WATCHED  # delivered by A
+
+                        async def held_from_b() -> bool:
+                            return proxy.held(listeners[worker_b]) >= 1
+
+                        await poll(held_from_b, "worker B's notification held back")
+                        on_primary = metric(two, "catalog_read_replica_reads", target="primary")
+                        behind = metric(two, "catalog_read_replica_skips", reason="behind")
+                        assert text_of(await reader.read_resource(WATCHED)) == told
+                        assert metric(two, "catalog_read_replica_reads", target="primary") > on_primary
+                        assert metric(two, "catalog_read_replica_skips", reason="behind") > behind
+                        assert proxy.held(listeners[worker_b]) >= 1  # B still had not been told itself
+                        (standby,) = await fetch(
+                            replication.standby.url, "SELECT text FROM resources WHERE uri = $1", WATCHED
+                        )
+                        assert standby["text"] != told  # the standby was behind the change
+                        proxy.release(listeners[worker_b])
+                    await poll(lambda: caught_up(replication), "the standby caught up after the pause")
+
+                    async def read_on_replica() -> bool:
+                        before = metric(two, "catalog_read_replica_reads", target="replica")
+                        assert text_of(await reader.read_resource(WATCHED)) == told
+                        return metric(two, "catalog_read_replica_reads", target="replica") > before
+
+                    await poll(read_on_replica, "worker B's reads back on the standby")
+    finally:
+        await engine.dispose()
+
+
+async def _client_on(served: Served, worker: int, token: str, stack: contextlib.AsyncExitStack) -> Client:
+    """A connected client whose one connection ``worker`` serves (new connections are spread over
+    the workers' sockets by the kernel: open them until one lands there)."""
+    for _ in range(32):
+        before = my_ports(served)
+        mcp = await stack.enter_async_context(pinned_client(served, token))
+        assert text_of(await mcp.read_resource("file:///docs/alpha")) == "alpha"
+        (port,) = my_ports(served) - before
+        if worker_of(served, port) == worker:
+            return mcp
+    pytest.fail(f"no connection reached worker {worker} in 32 tries")

@@ -52,19 +52,40 @@ export const get = (path, opts) => call("GET", path, opts).then((r) => r.data);
 // curator's HTML or SVG, it would run that file's script as the console when opened in a tab.
 const PREVIEWABLE = new Set(["image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "application/pdf"]);
 
+async function blobBytes(slug, sha256) {
+  const response = await fetch(`${API}/tenants/${encodeURIComponent(slug)}/blobs/${sha256}`, { headers: headers() });
+  if (!response.ok) throw new ApiError(response.status, await problemOf(response));
+  return response.blob();
+}
+
+const essenceOf = (mimeType) => (mimeType || "").split(";", 1)[0].trim().toLowerCase();
+
 // Bytes of a blob as object URLs (the <img>/<iframe> cannot send the token themselves): `download`
 // always, typed application/octet-stream so that opening it saves the bytes instead of rendering
 // them, and `preview`, typed, only for a type in PREVIEWABLE (else null).
 export async function blobUrls(slug, sha256, mimeType) {
-  const response = await fetch(`${API}/tenants/${encodeURIComponent(slug)}/blobs/${sha256}`, { headers: headers() });
-  if (!response.ok) throw new ApiError(response.status, await problemOf(response));
-  const data = await response.blob();
-  const essence = (mimeType || "").split(";", 1)[0].trim().toLowerCase();
+  const data = await blobBytes(slug, sha256);
+  const essence = essenceOf(mimeType);
   return {
     download: URL.createObjectURL(new Blob([data], { type: "application/octet-stream" })),
     preview: PREVIEWABLE.has(essence) ? URL.createObjectURL(new Blob([data], { type: essence })) : null,
     type: essence,
   };
+}
+
+// Whether a blob of this type may be shown as an <img> from an object URL: the images of
+// PREVIEWABLE, by the same reasoning (so never SVG, whose script would run as the console when
+// the object URL is opened in a tab).
+export function isPreviewableImage(mimeType) {
+  const essence = essenceOf(mimeType);
+  return essence.startsWith("image/") && PREVIEWABLE.has(essence);
+}
+
+// A typed object URL of an image blob, for a thumbnail; the caller revokes it once shown.
+export async function imageUrl(slug, sha256, mimeType) {
+  if (!isPreviewableImage(mimeType)) throw new Error(`not a previewable image type: ${mimeType}`);
+  const data = await blobBytes(slug, sha256);
+  return URL.createObjectURL(new Blob([data], { type: essenceOf(mimeType) }));
 }
 
 // Upload with progress (fetch has no upload progress): XMLHttpRequest, same token, same problems.

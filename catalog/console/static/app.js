@@ -1,13 +1,13 @@
 // The catalog console: a client of the admin REST API (see /docs). Hash routes, one page at a time.
 
-import { ApiError, blobUrls, call, follow, get, session, upload } from "./api.js";
+import { ApiError, blobUrls, call, follow, get, imageUrl, isPreviewableImage, session, upload } from "./api.js";
 import { append, bytes, clear, field, h, qs, when } from "./dom.js";
 import { lineDiff } from "./diff.js";
+import { notify } from "./notices.js";
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
 const who = document.getElementById("who");
-const live = document.getElementById("live");
 
 let me = null; // whoami of the signed-in token
 let following = { slug: null, stop: null };
@@ -40,17 +40,20 @@ function problemBox(err) {
   );
 }
 
+// A 401 means the token is no longer good: back to sign in. True when it was one.
+function signedOutBy(err) {
+  if (!(err instanceof ApiError && err.status === 401)) return false;
+  session.signOut();
+  me = null;
+  location.hash = "#/signin";
+  return true;
+}
+
 async function guarded(target, work) {
   try {
     return await work();
   } catch (err) {
-    if (err instanceof ApiError && err.status === 401) {
-      session.signOut();
-      me = null;
-      location.hash = "#/signin";
-      return undefined;
-    }
-    append(target, [problemBox(err)]);
+    if (!signedOutBy(err)) append(target, [problemBox(err)]);
     return undefined;
   }
 }
@@ -132,10 +135,7 @@ function followTenant(slug) {
 
 function showChange(change) {
   const text = `${change.kind} ${change.op}: ${change.uri ?? ""}`;
-  const item = h("div", { class: "event", dataset: { seq: String(change.seq) } }, `#${change.seq} ${text}`);
-  live.prepend(item);
-  while (live.children.length > 4) live.lastChild.remove();
-  setTimeout(() => item.remove(), 20000);
+  notify(`#${change.seq} ${text}`, { kind: "info", dataset: { seq: String(change.seq) } });
   if (onLiveChange) onLiveChange(change);
 }
 
@@ -248,6 +248,16 @@ function crumbsOf(prefix) {
   return out;
 }
 
+// What of a resource matched a search, the matched words marked: built of text nodes and <mark>,
+// never from markup (the parts are curator text).
+function snippetOf(snippet) {
+  if (!snippet) return null;
+  const label = { name: "name", title: "title", description: "description", uri: "URI", text: "text" }[snippet.field] || snippet.field;
+  return h("div", { class: "snippet small", dataset: { field: snippet.field } },
+    h("span", { class: "muted" }, `${label}: `),
+    snippet.parts.map((part) => (part.match ? h("mark", {}, part.text) : part.text)));
+}
+
 async function browsePage(slug, params) {
   const prefix = params.get("prefix") || "";
   const q = params.get("q") || "";
@@ -278,8 +288,10 @@ async function browsePage(slug, params) {
   const status = h("p", { class: "muted small", id: "listing-status" });
   const more = h("button", { type: "button", class: "secondary", id: "more", hidden: true }, "Load more");
   const out = h("div");
-  page(q ? `Search: ${q}` : "Resources", form, q ? null : crumbs,
-    h("table", { class: "tree", id: "listing" }, h("thead", {}, h("tr", {}, h("th", {}, "Name"), h("th", {}, "MIME type"), h("th", {}, "Size"), h("th", {}, "Updated"))), body),
+  const picked = selection(slug, async () => { clear(body); cursor = null; shown = 0; await load(); });
+  resetThumbnails();
+  page(q ? `Search: ${q}` : "Resources", form, q ? null : crumbs, picked.bar,
+    h("table", { class: "tree", id: "listing" }, h("thead", {}, h("tr", {}, h("th", {}, picked.all, " Name"), h("th", {}, "MIME type"), h("th", {}, "Size"), h("th", {}, "Updated"))), body),
     status, more, out);
   let cursor = null;
   let shown = 0;
@@ -303,7 +315,7 @@ async function browsePage(slug, params) {
             h("td", { class: "muted" }, dir ? dir.mimeType : "folder"), h("td"), h("td", {}, dir ? when(dir.updatedAt) : null))]);
         } else {
           append(body, [h("tr", { dataset: { uri: r.uri } },
-            h("td", {}, link(q ? r.uri : item.name, `#/t/${enc(slug)}/r/${r.id}`, { class: "file", title: r.uri }), r.title ? h("div", { class: "small muted" }, r.title) : null),
+            h("td", {}, picked.box(r), " ", thumbnail(slug, r), link(q ? r.uri : item.name, `#/t/${enc(slug)}/r/${r.id}`, { class: "file", title: r.uri }), r.title ? h("div", { class: "small muted" }, r.title) : null, snippetOf(r.snippet)),
             h("td", {}, r.mimeType || "—"), h("td", { class: "num" }, bytes(r.size)), h("td", {}, when(r.updatedAt)))]);
         }
         shown += 1;
@@ -347,10 +359,11 @@ async function resourcePage(slug, id, params) {
 
   function render({ data: r, etag }) {
     clear(main);
+    const deleteControl = deleteResource(slug, r, etag);
     const editing = params.get("edit") === "1";
     const links = h("p", {}, link("History", `#/t/${enc(slug)}/r/${id}/history`, { id: "history-link" }), " · ",
       link("Edit", `#/t/${enc(slug)}/r/${id}?edit=1`, { id: "edit-link" }), " · ",
-      link("Up to folder", `#/t/${enc(slug)}/browse${qs({ prefix: r.uri.slice(0, r.uri.lastIndexOf("/") + 1) })}`));
+      link("Up to folder", `#/t/${enc(slug)}/browse${qs({ prefix: folderOf(r.uri) })}`), " · ", deleteControl.button);
     const meta = h("dl", { class: "meta", id: "meta" });
     const pairs = [["URI", h("code", {}, r.uri)], ["Name", r.name], ["Title", r.title], ["Description", r.description],
       ["MIME type", r.mimeType], ["Size", bytes(r.size)], ["ETag", h("code", { id: "etag" }, etag)], ["Version", String(r.version)],
@@ -362,7 +375,7 @@ async function resourcePage(slug, id, params) {
     for (const [k, v] of pairs) if (v !== undefined && v !== null && v !== "") append(meta, [h("dt", {}, k), h("dd", {}, v)]);
     const preview = h("section", { class: "preview", id: "preview" });
     const notice = h("div", { id: "live-notice" });
-    page(r.name, links, notice, h("div", { class: "grid2" }, h("section", {}, h("h2", {}, "Metadata"), meta), h("section", {}, h("h2", {}, "Content"), preview)));
+    page(r.name, links, deleteControl.box, notice, h("div", { class: "grid2" }, h("section", {}, h("h2", {}, "Metadata"), meta), h("section", {}, h("h2", {}, "Content"), preview)));
     if (r.text !== undefined && r.text !== null) append(preview, [displayText(r.text, r.mimeType)]);
     else if (r.blobSha256) {
       const mime = r.mimeType || "";
@@ -417,7 +430,8 @@ async function resourcePage(slug, id, params) {
     async function save(ifMatch) {
       clear(out);
       try {
-        await call("PATCH", `${T(slug)}/resources/${id}`, { body: body(), headers: { "If-Match": ifMatch } });
+        const { data } = await call("PATCH", `${T(slug)}/resources/${id}`, { body: body(), headers: { "If-Match": ifMatch } });
+        notify(`Saved ${data.name} (version ${data.version})`, { kind: "success" });
         location.hash = `#/t/${enc(slug)}/r/${id}`;
       } catch (err) {
         if (err instanceof ApiError && err.status === 412) return conflict();
@@ -462,24 +476,63 @@ async function newResourcePage(slug, params) {
 
 // -- history --------------------------------------------------------------------------------------
 
+// Who made a version: the author's name as the API gives it (a token by its name), the recorded
+// label as a tooltip.
+function authorCell(v) {
+  const a = v.author;
+  if (!a) return h("td", {}, v.changedBy);
+  const note = a.revoked ? " (revoked)" : "";
+  return h("td", { class: "author", title: v.changedBy, dataset: { kind: a.kind } }, `${a.name}${note}`);
+}
+
+// A notice for a failed action of this page: the problem's title and detail, until dismissed.
+function failNotice(err) {
+  if (signedOutBy(err)) return undefined;
+  const p = err instanceof ApiError ? err.problem : { title: "Error", detail: String(err && err.message) };
+  const status = err instanceof ApiError ? `${err.status} ` : "";
+  return notify(`${status}${p.title || "Error"}${p.detail ? `: ${p.detail}` : ""}`, { kind: "error" });
+}
+
 async function historyPage(slug, id) {
   page("History");
   const out = h("div");
   append(main, [out]);
-  const data = await guarded(out, () => get(`${T(slug)}/resources/${id}/versions`));
-  if (!data) return;
-  const versions = data.items;
-  const latest = versions.length ? versions[0].version : 0;
-  const pick = { a: versions.length > 1 ? versions[1].version : latest, b: latest };
+  const base = `${T(slug)}/resources/${id}/versions`;
+  const first = await guarded(out, () => get(`${base}${qs({ limit: 50 })}`));
+  if (!first) return;
+  const latest = first.items.length ? first.items[0].version : 0;
+  const pick = { a: first.items.length > 1 ? first.items[1].version : latest, b: latest };
   const diff = h("section", { id: "diff" });
-  const rows = versions.map((v) => h("tr", { dataset: { version: String(v.version) } },
+  const body = h("tbody");
+  const older = h("button", { type: "button", class: "secondary", id: "versions-older", hidden: true }, "Older versions");
+  const shown = h("p", { class: "muted small", id: "versions-status" });
+  let cursor = null;
+  let count = 0;
+  const row = (v) => h("tr", { dataset: { version: String(v.version) } },
     h("td", {}, radio("a", v.version)), h("td", {}, radio("b", v.version)),
-    h("td", {}, `v${v.version}`), h("td", {}, when(v.changedAt)), h("td", {}, v.changedBy),
+    h("td", {}, `v${v.version}`), h("td", {}, when(v.changedAt)), authorCell(v),
     h("td", {}, h("code", { class: "small" }, v.resource.uri)),
-    h("td", {}, v.version === latest ? h("span", { class: "muted" }, "current") : twoStep(`Restore v${v.version}`, `Confirm restore of v${v.version}`, () => guarded(out, async () => {
-      await call("POST", `${T(slug)}/resources/${id}/versions/${v.version}/restore`);
-      location.hash = `#/t/${enc(slug)}/r/${id}`;
-    }), "danger"))));
+    h("td", {}, v.version === latest ? h("span", { class: "muted" }, "current") : twoStep(`Restore v${v.version}`, `Confirm restore of v${v.version}`, async () => {
+      try {
+        const { data } = await call("POST", `${T(slug)}/resources/${id}/versions/${v.version}/restore`);
+        notify(`Restored v${v.version} as v${data.version}`, { kind: "success" });
+        location.hash = `#/t/${enc(slug)}/r/${id}`;
+      } catch (err) {
+        failNotice(err);
+      }
+    }, "danger")));
+  function show(pageData) {
+    append(body, pageData.items.map(row));
+    count += pageData.items.length;
+    cursor = pageData.nextCursor || null;
+    older.hidden = !cursor;
+    shown.textContent = `${count} version${count === 1 ? "" : "s"} shown${cursor ? "; older ones on the next page" : ""}`;
+  }
+  older.addEventListener("click", async () => {
+    older.disabled = true;
+    await guarded(out, async () => show(await get(`${base}${qs({ limit: 50, cursor })}`)));
+    older.disabled = false;
+  });
   function radio(side, version) {
     const r = h("input", { type: "radio", name: `side-${side}`, value: String(version), "aria-label": `${side === "a" ? "from" : "to"} v${version}` });
     r.checked = pick[side] === version;
@@ -489,15 +542,16 @@ async function historyPage(slug, id) {
   const compare = h("button", { type: "button", id: "compare" }, "Compare selected");
   compare.addEventListener("click", () => guarded(diff, async () => {
     clear(diff);
-    const [a, b] = await Promise.all([get(`${T(slug)}/resources/${id}/versions/${pick.a}`), get(`${T(slug)}/resources/${id}/versions/${pick.b}`)]);
+    const [a, b] = await Promise.all([get(`${base}/${pick.a}`), get(`${base}/${pick.b}`)]);
     const metaRows = lineDiff(JSON.stringify(a.resource, null, 2), JSON.stringify(b.resource, null, 2));
     const textRows = lineDiff(a.text ?? (a.blobSha256 ? `blob ${a.blobSha256}` : ""), b.text ?? (b.blobSha256 ? `blob ${b.blobSha256}` : ""));
-    const show = (rowsOf) => h("div", { class: "diff mono" }, rowsOf.map(([op, line]) => h("span", { class: op === "+" ? "add" : op === "-" ? "del" : "" }, `${op} ${line}`)));
-    append(diff, [h("h2", {}, `v${a.version} → v${b.version}`), h("h3", {}, "Metadata"), show(metaRows), h("h3", {}, "Content"), show(textRows)]);
+    const showDiff = (rowsOf) => h("div", { class: "diff mono" }, rowsOf.map(([op, line]) => h("span", { class: op === "+" ? "add" : op === "-" ? "del" : "" }, `${op} ${line}`)));
+    append(diff, [h("h2", {}, `v${a.version} → v${b.version}`), h("h3", {}, "Metadata"), showDiff(metaRows), h("h3", {}, "Content"), showDiff(textRows)]);
   }));
+  show(first);
   page("History", h("p", {}, link("Back to the resource", `#/t/${enc(slug)}/r/${id}`)),
-    h("table", { id: "versions" }, h("thead", {}, h("tr", {}, h("th", {}, "From"), h("th", {}, "To"), h("th", {}, "Version"), h("th", {}, "When"), h("th", {}, "By"), h("th", {}, "URI"), h("th", {}, ""))), h("tbody", {}, rows)),
-    h("p", {}, compare), diff, out);
+    h("table", { id: "versions" }, h("thead", {}, h("tr", {}, h("th", {}, "From"), h("th", {}, "To"), h("th", {}, "Version"), h("th", {}, "When"), h("th", {}, "By"), h("th", {}, "URI"), h("th", {}, ""))), body),
+    shown, older, h("p", {}, compare), diff, out);
 }
 
 // -- upload ---------------------------------------------------------------------------------------
@@ -680,7 +734,7 @@ async function tokensPage(slug) {
     await guarded(list, async () => {
       const { items } = await get(`${T(slug)}/tokens`);
       append(list, [h("table", { id: "tokens" }, h("thead", {}, h("tr", {}, h("th", {}, "Id"), h("th", {}, "Name"), h("th", {}, "Scopes"), h("th", {}, "Admin"), h("th", {}, "Expires"), h("th", {}, "State"), h("th", {}, ""))),
-        h("tbody", {}, items.map((t) => h("tr", { dataset: { id: String(t.id) } }, h("td", {}, String(t.id)), h("td", {}, t.name || "—"), h("td", {}, t.scopes.map((s) => h("span", { class: "tag" }, s))),
+        h("tbody", {}, items.map((t) => h("tr", { dataset: { id: String(t.id) } }, h("td", {}, String(t.id)), h("td", {}, t.name || "—"), h("td", {}, tokenSight(slug, t)),
           h("td", {}, t.admin ? "yes" : "no"), h("td", {}, when(t.expiresAt)), h("td", {}, t.revokedAt ? `revoked ${when(t.revokedAt)}` : "active"),
           h("td", {}, t.revokedAt ? null : twoStep("Revoke", "Confirm revoke", () => guarded(list, async () => { await call("DELETE", `${T(slug)}/tokens/${t.id}`); await load(); })))))))]);
     });
@@ -739,15 +793,224 @@ async function activityPage(slug) {
   async function loadChanges() {
     await guarded(out, async () => {
       const p = await get(`${T(slug)}/changes${last === null ? qs({ tail: 100 }) : qs({ after: last, limit: 500 })}`);
-      for (const c of p.items) append(changesBody, [changeRow(c)]);
+      addNewest(p.items);
       last = p.lastSeq;
       changesMore.hidden = !p.nextCursor;
     });
   }
+  // The feed is shown newest first: changes (oldest first, as the API gives them) go on top. A
+  // reader who has scrolled down keeps what they read where it was.
+  function addNewest(items) {
+    if (!items.length) return;
+    const anchor = window.scrollY > 0 ? readingAnchor() : null;
+    const top = anchor && anchor.getBoundingClientRect().top;
+    for (const c of items) changesBody.prepend(changeRow(c));
+    if (anchor) window.scrollBy(0, anchor.getBoundingClientRect().top - top);
+  }
+  function readingAnchor() {
+    for (const row of changesBody.children) if (!row.hidden && row.getBoundingClientRect().bottom > 0) return row;
+    return document.getElementById("audit");
+  }
   auditMore.addEventListener("click", loadAudit);
   changesMore.addEventListener("click", loadChanges);
-  onLiveChange = (c) => { if (last !== null && c.seq > last) { append(changesBody, [changeRow(c)]); last = c.seq; } };
+  onLiveChange = (c) => { if (last !== null && c.seq > last) { addNewest([c]); last = c.seq; } };
   await Promise.all([loadAudit(), loadChanges()]);
+}
+
+// -- curator verbs: delete a resource, act on a selection, thumbnails, what a token sees ----------
+
+const folderOf = (uri) => uri.slice(0, uri.lastIndexOf("/") + 1);
+
+// The resource page's Delete: a confirm step naming the URI, then DELETE with the ETag the page
+// was rendered from (If-Match), so a resource changed meanwhile is a 412 and is not deleted.
+function deleteResource(slug, r, etag) {
+  const box = h("div", { id: "delete-box" });
+  const button = h("button", { type: "button", class: "secondary", id: "delete-resource" }, "Delete…");
+  button.addEventListener("click", () => {
+    clear(box);
+    const out = h("div");
+    const go = h("button", { type: "button", class: "danger", id: "delete-confirm" }, `Delete ${r.uri}`);
+    const cancel = h("button", { type: "button", class: "secondary", id: "delete-cancel" }, "Cancel");
+    cancel.addEventListener("click", () => { clear(box); button.focus(); });
+    // As the editor does on a 412: say what changed, then reload or act on the version now there.
+    const attempt = (ifMatch) => guarded(out, async () => {
+      clear(out);
+      go.disabled = true;
+      try {
+        await call("DELETE", `${T(slug)}/resources/${r.id}`, { headers: { "If-Match": ifMatch } });
+      } catch (err) {
+        go.disabled = false;
+        if (!(err instanceof ApiError && err.status === 412)) throw err;
+        const now = await call("GET", `${T(slug)}/resources/${r.id}`);
+        append(out, [h("div", { class: "conflict", role: "alert", id: "delete-conflict" },
+          h("strong", {}, "412 — this resource changed since the page was loaded; nothing was deleted."),
+          h("p", {}, `It is now at version ${now.data.version} (ETag ${now.etag}), changed ${when(now.data.updatedAt)} by another writer.`),
+          h("div", { class: "bar" },
+            h("button", { type: "button", class: "secondary", id: "delete-reload", onclick: () => route() }, "Reload (keep it)"),
+            h("button", { type: "button", class: "danger", id: "delete-anyway", onclick: () => attempt(now.etag) }, "Delete it anyway")))]);
+        document.getElementById("delete-reload").focus();
+        return;
+      }
+      location.hash = `#/t/${enc(slug)}/browse${qs({ prefix: folderOf(r.uri) })}`;
+    });
+    go.addEventListener("click", () => attempt(etag));
+    append(box, [h("div", { class: "conflict", role: "alertdialog", "aria-label": "Confirm delete", id: "delete-dialog" },
+      h("p", {}, "Delete ", h("code", {}, r.uri), "? Agents stop seeing it at once."),
+      h("div", { class: "bar" }, go, cancel), out)]);
+    go.focus();
+  });
+  return { button, box };
+}
+
+// Checkboxes on the listing's resource rows and a bar acting on the ones picked, through one
+// POST .../resources/batch (all or nothing: a refusal names the resources and changes none).
+function selection(slug, reload) {
+  const chosen = new Map(); // id -> URI, in the order picked
+  const boxes = new Set();
+  const all = h("input", { type: "checkbox", id: "select-all", "aria-label": "Select every resource shown" });
+  const count = h("strong", { id: "selection-count" });
+  const step = h("div", { id: "selection-step" });
+  const out = h("div", { id: "selection-result", "aria-live": "polite" });
+  const action = (label, id, open) => h("button", { type: "button", class: "secondary", id, onclick: () => { clear(step); clear(out); open(); } }, label);
+  const actions = h("div", { class: "bar" }, count,
+    action("Delete", "selection-delete", askDelete), action("Add tag…", "selection-tag", askTag),
+    action("Grant…", "selection-grant", askGrant),
+    h("button", { type: "button", class: "secondary", id: "selection-clear", onclick: () => pick([], false) }, "Clear"));
+  const bar = h("section", { class: "selection", id: "selection-bar", "aria-label": "Selected resources" }, actions, step, out);
+  function refresh() {
+    actions.hidden = chosen.size === 0;
+    count.textContent = `${chosen.size} selected`;
+    all.checked = boxes.size > 0 && [...boxes].every((b) => b.checked);
+    if (!chosen.size) clear(step);
+  }
+  function pick(which, on) {
+    for (const b of which.length ? which : boxes) {
+      b.checked = on;
+      if (on) chosen.set(Number(b.value), b.dataset.uri); else chosen.delete(Number(b.value));
+    }
+    if (!which.length && !on) chosen.clear();
+    refresh();
+  }
+  all.addEventListener("change", () => pick([...boxes], all.checked));
+  function box(r) {
+    const b = h("input", { type: "checkbox", class: "select", value: String(r.id), "aria-label": `Select ${r.uri}`, dataset: { uri: r.uri } });
+    b.addEventListener("change", () => pick([b], b.checked));
+    boxes.add(b);
+    return b;
+  }
+  function ask(label, input, submitLabel, submitId, send) {
+    const form = h("form", { class: "inline" }, input ? field(label, input) : h("span", {}, label), h("button", { type: "submit", id: submitId, class: input ? "" : "danger" }, submitLabel));
+    form.addEventListener("submit", (e) => { e.preventDefault(); send(); });
+    append(step, [form]);
+    (input || form.querySelector("button")).focus();
+  }
+  function askDelete() {
+    const n = chosen.size;
+    ask(`Delete ${[...chosen.values()].slice(0, 3).join(", ")}${n > 3 ? ` and ${n - 3} more` : ""}?`, null,
+      `Delete ${n} resource${n === 1 ? "" : "s"}`, "selection-delete-confirm",
+      () => run({ action: "delete" }, (d) => `Deleted ${d.changed} resource${d.changed === 1 ? "" : "s"}.`));
+  }
+  function askTag() {
+    const tag = h("input", { id: "selection-tag-value", required: true, size: 16 });
+    ask("Tag", tag, "Add tag", "selection-tag-apply",
+      () => run({ action: "tag", tag: tag.value.trim() }, (d) => `Tagged ${d.changed} of ${d.ids.length} with “${tag.value.trim()}” (the others had it).`));
+  }
+  function askGrant() {
+    const scope = h("input", { id: "selection-scope", required: true, size: 16, placeholder: "agents" });
+    ask("Scope", scope, "Grant each URI", "selection-grant-apply", () => {
+      const s = scope.value.trim();
+      return run({ action: "grant", scope: s }, (d) => [`Scope “${s}” got ${d.changed} new grant${d.changed === 1 ? "" : "s"} of ${d.ids.length} URI${d.ids.length === 1 ? "" : "s"}. `,
+        link("What it sees", `#/t/${enc(slug)}/grants${qs({ scope: s })}`, { id: "selection-preview" })]);
+    });
+  }
+  async function run(body, describe) {
+    const ids = [...chosen.keys()];
+    const uris = [...chosen.values()];
+    clear(out);
+    await guarded(out, async () => {
+      let data;
+      try {
+        ({ data } = await call("POST", `${T(slug)}/resources/batch`, { body: { ...body, ids } }));
+      } catch (err) {
+        // The API points at /ids/N: name the resource instead.
+        for (const e of (err instanceof ApiError && err.problem.errors) || []) {
+          const at = /^\/ids\/(\d+)$/.exec(e.pointer || "");
+          if (at && uris[Number(at[1])] !== undefined) e.pointer = uris[Number(at[1])];
+        }
+        throw err;
+      }
+      chosen.clear();
+      boxes.clear();
+      clear(step);
+      append(out, [h("div", { class: "notice", role: "status", id: "selection-done" }, describe(data))]);
+      await reload();
+    });
+    refresh();
+  }
+  refresh();
+  return { bar, all, box };
+}
+
+// Thumbnails of small images in the listing: fetched with the token only when the row scrolls
+// into view, a few at a time, and only for the types the resource page previews (isPreviewableImage:
+// never SVG); a bigger image or another type keeps the plain file icon.
+const THUMBNAIL_MAX_BYTES = 256 * 1024;
+const THUMBNAILS_AT_ONCE = 4;
+// One set per listing shown: a new listing revokes the last one's object URLs and stops its watcher.
+const freshThumbnails = () => ({ urls: [], queue: [], running: 0, watcher: null, fetches: new WeakMap() });
+let thumbnails = freshThumbnails();
+
+function resetThumbnails() {
+  if (thumbnails.watcher) thumbnails.watcher.disconnect();
+  for (const url of thumbnails.urls) URL.revokeObjectURL(url);
+  thumbnails = freshThumbnails();
+}
+
+function thumbnail(slug, r) {
+  if (!r.blobSha256 || !isPreviewableImage(r.mimeType) || !(r.size <= THUMBNAIL_MAX_BYTES)) return null;
+  const own = thumbnails;
+  const img = h("img", { class: "thumb", alt: "", width: 32, height: 32, dataset: { state: "waiting" } });
+  own.fetches.set(img, async () => {
+    img.dataset.state = "loading";
+    try {
+      const url = await imageUrl(slug, r.blobSha256, r.mimeType);
+      own.urls.push(url);
+      img.addEventListener("load", () => { img.dataset.state = "shown"; }, { once: true });
+      img.addEventListener("error", () => { img.dataset.state = "failed"; }, { once: true });
+      img.src = url;
+    } catch {
+      img.dataset.state = "failed";
+    }
+  });
+  if (!own.watcher) {
+    own.watcher = new IntersectionObserver((entries) => {
+      for (const entry of entries) {
+        if (!entry.isIntersecting) continue;
+        own.watcher.unobserve(entry.target);
+        own.queue.push(own.fetches.get(entry.target));
+      }
+      pump(own);
+    }, { rootMargin: "200px" });
+  }
+  own.watcher.observe(img);
+  return img;
+}
+
+function pump(own) {
+  while (own.running < THUMBNAILS_AT_ONCE && own.queue.length) {
+    const next = own.queue.shift();
+    own.running += 1;
+    next().finally(() => { own.running -= 1; pump(own); });
+  }
+}
+
+// A token's scopes on the tokens page, each a link to what that scope sees (the grants page's
+// preview, GET .../grants/preview); an admin token sees everything of its tenant.
+function tokenSight(slug, t) {
+  const scopes = t.scopes.map((s) => link(s, `#/t/${enc(slug)}/grants${qs({ scope: s })}`, { class: "tag scope-link", title: `What scope ${s} sees` }));
+  if (t.admin) return [scopes, h("span", { class: "small muted" }, " tenant admin: sees everything")];
+  if (!scopes.length) return h("span", { class: "small muted" }, "no scope: sees nothing");
+  return [scopes, scopes.length > 1 ? h("span", { class: "small muted" }, " (sees what any of them sees)") : null];
 }
 
 // -- routing --------------------------------------------------------------------------------------

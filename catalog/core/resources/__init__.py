@@ -4,7 +4,7 @@ import), listings (:mod:`.listing`, :mod:`.paging`, :mod:`.search`), the URI tre
 and history (:mod:`.history`). Callers import from here."""
 
 from catalog.core.resources.history import get_version, list_versions, restore_version
-from catalog.core.resources.listing import get_resource, list_page, list_resources
+from catalog.core.resources.listing import get_resource, list_page, list_resources, search_resources
 from catalog.core.resources.paging import DEFAULT_PAGE, MAX_PAGE, cursor_after, page_start
 from catalog.core.resources.record import (
     LISTING_ENTRY_FIELDS,
@@ -59,6 +59,7 @@ __all__ = [
     "patch_resource",
     "record_from_row",
     "restore_version",
+    "search_resources",
     "tree_page",
     "upsert_many",
     "upsert_resource",

@@ -2,36 +2,80 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Row
 
 from catalog.core.catalog import Catalog
+from catalog.core.cursors import InvalidCursor, decode_cursor, encode_cursor
 from catalog.core.errors import NotFound
-from catalog.core.principal import Principal
+from catalog.core.principal import Author, Principal, author_of_label, token_id_of_label
 from catalog.core.resources import repository as rows
+from catalog.core.resources.paging import DEFAULT_PAGE, MAX_PAGE
 from catalog.core.resources.record import METADATA_FIELDS, ResourceRecord
 from catalog.core.resources.writes import check_precondition, update_row
 from catalog.core.schemas.resources import ResourceIn
 from catalog.core.tenants import Tenant
+from catalog.core.tokens import token_names
+from catalog.core.visibility import principal_fingerprint
 from catalog.db.engine import TenantScope, transaction
 
 
-async def list_versions(catalog: Catalog, tenant: Tenant, resource_id: int) -> list[Row[Any]]:
+@dataclass(frozen=True)
+class VersionEntry:
+    """One version of a history page, with its author named."""
+
+    row: Row[Any]
+    author: Author
+
+
+async def list_versions(
+    catalog: Catalog,
+    principal: Principal,
+    tenant: Tenant,
+    resource_id: int,
+    *,
+    cursor: str | None = None,
+    limit: int = DEFAULT_PAGE,
+) -> tuple[list[VersionEntry], str | None]:
+    """One page of the resource's history, newest version first (keyset on the version number),
+    each author named (:func:`author_of_label`), and the signed cursor to the next page."""
+    limit = max(1, min(limit, MAX_PAGE))
+    listing = f"admin.versions:{resource_id}"
+    fingerprint = principal_fingerprint(principal, tenant.id)
+    before = None
+    if cursor:
+        position = decode_cursor(catalog.signing_key, cursor, listing=listing, fingerprint=fingerprint)
+        if not isinstance(position.after, int):
+            raise InvalidCursor()
+        before = position.after
     async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
         if not await rows.exists(conn, tenant.id, resource_id):
             raise NotFound(f"no resource {resource_id}")
-        return await rows.versions(conn, tenant.id, resource_id)
+        found = await rows.versions(conn, tenant.id, resource_id, before=before, limit=limit + 1)
+        labels = {row.changed_by for row in found[:limit]}
+        names = await token_names(conn, tenant.id, filter(None, map(token_id_of_label, labels)))
+    entries = [VersionEntry(row, author_of_label(row.changed_by, names)) for row in found[:limit]]
+    next_cursor = None
+    if len(found) > limit:
+        next_cursor = encode_cursor(
+            catalog.signing_key, after=entries[-1].row.version, listing=listing, fingerprint=fingerprint
+        )
+    return entries, next_cursor
 
 
-async def get_version(catalog: Catalog, tenant: Tenant, resource_id: int, version: int) -> Row[Any]:
+async def get_version(catalog: Catalog, tenant: Tenant, resource_id: int, version: int) -> VersionEntry:
+    """One version with its content, its author named."""
     async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
         row = await rows.version(conn, tenant.id, resource_id, version)
         if row is None:
             if not await rows.exists(conn, tenant.id, resource_id):
                 raise NotFound(f"no resource {resource_id}")
             raise NotFound(f"resource {resource_id} has no version {version}")
-        return row
+        token_id = token_id_of_label(row.changed_by)
+        names = await token_names(conn, tenant.id, [token_id] if token_id is not None else [])
+    return VersionEntry(row, author_of_label(row.changed_by, names))
 
 
 async def restore_version(

@@ -12,7 +12,7 @@ from catalog.core.resources import repository as rows
 from catalog.core.resources.paging import DEFAULT_PAGE, page_of, page_start
 from catalog.core.resources.record import ResourceRecord
 from catalog.core.resources.repository import NO_FILTER, ListingFilter
-from catalog.core.resources.search import search_page
+from catalog.core.resources.search import Snippet, search_page, search_snippets
 from catalog.core.tenants import Tenant
 from catalog.core.visibility import Visibility, load_visibility
 from catalog.db.engine import TenantScope, transaction
@@ -72,3 +72,27 @@ async def list_resources(
         return await list_page(
             catalog, conn, visibility, listing=listing, cursor=cursor, limit=limit, filters=filters
         )
+
+
+async def search_resources(
+    catalog: Catalog,
+    principal: Principal,
+    tenant: Tenant,
+    *,
+    listing: str,
+    filters: ListingFilter,
+    cursor: str | None = None,
+    limit: int = DEFAULT_PAGE,
+) -> tuple[list[ResourceRecord], dict[int, Snippet], str | None]:
+    """A page of a search (:func:`list_page` with ``filters.query``), with a snippet of what
+    matched for each resource found (by id), read in the same transaction."""
+    query = filters.query
+    if not query:
+        raise ValueError("a search needs filters.query")
+    async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+        visibility = await load_visibility(conn, principal, tenant.id)
+        records, next_cursor = await list_page(
+            catalog, conn, visibility, listing=listing, cursor=cursor, limit=limit, filters=filters
+        )
+        snippets = await search_snippets(conn, tenant.id, records, query)
+    return records, snippets, next_cursor

@@ -90,19 +90,31 @@ async def lock(
 
 async def lock_uris(conn: AsyncConnection, tenant_id: int, uris: Sequence[str]) -> dict[str, ResourceRecord]:
     """The existing rows among ``uris``, locked, in URI order (so concurrent batches cannot deadlock)."""
-    found: dict[str, ResourceRecord] = {}
-    ordered = sorted(set(uris))
+    locked = await _lock_rows(conn, tenant_id, resources.c.uri, uris)
+    return {record.uri: record for record in locked}
+
+
+async def lock_ids(conn: AsyncConnection, tenant_id: int, ids: Sequence[int]) -> dict[int, ResourceRecord]:
+    """The existing rows among ``ids``, locked, in id order (so concurrent batches cannot deadlock)."""
+    locked = await _lock_rows(conn, tenant_id, resources.c.id, ids)
+    return {record.id: record for record in locked}
+
+
+async def _lock_rows(
+    conn: AsyncConnection, tenant_id: int, key: ColumnElement[Any], values: Sequence[Any]
+) -> list[ResourceRecord]:
+    """The tenant's rows whose ``key`` is among ``values``, locked (``FOR UPDATE``) in ``key`` order,
+    a statement per ``ROWS_PER_STATEMENT`` values."""
+    found: list[ResourceRecord] = []
+    ordered = sorted(set(values))
     for start in range(0, len(ordered), ROWS_PER_STATEMENT):
         rows = await conn.execute(
             select(resources)
-            .where(
-                resources.c.tenant_id == tenant_id,
-                resources.c.uri.in_(ordered[start : start + ROWS_PER_STATEMENT]),
-            )
-            .order_by(resources.c.uri)
+            .where(resources.c.tenant_id == tenant_id, key.in_(ordered[start : start + ROWS_PER_STATEMENT]))
+            .order_by(key)
             .with_for_update()
         )
-        found.update((row.uri, record_from_row(row)) for row in rows)
+        found.extend(record_from_row(row) for row in rows)
     return found
 
 
@@ -141,13 +153,16 @@ async def delete_row(conn: AsyncConnection, tenant_id: int, resource_id: int) ->
 # -- history --------------------------------------------------------------------------------------
 
 
-async def versions(conn: AsyncConnection, tenant_id: int, resource_id: int) -> list[Row[Any]]:
-    """The resource's history, newest first."""
-    rows = await conn.execute(
-        select(resource_versions)
-        .where(resource_versions.c.tenant_id == tenant_id, resource_versions.c.resource_id == resource_id)
-        .order_by(resource_versions.c.version.desc())
+async def versions(
+    conn: AsyncConnection, tenant_id: int, resource_id: int, *, before: int | None = None, limit: int
+) -> list[Row[Any]]:
+    """Up to ``limit`` versions of the resource's history older than ``before``, newest first."""
+    query = select(resource_versions).where(
+        resource_versions.c.tenant_id == tenant_id, resource_versions.c.resource_id == resource_id
     )
+    if before is not None:
+        query = query.where(resource_versions.c.version < before)
+    rows = await conn.execute(query.order_by(resource_versions.c.version.desc()).limit(limit))
     return list(rows.all())
 
 

@@ -279,16 +279,23 @@ async def delete_resource(
         if current is None:
             raise NotFound(f"no resource {resource_id}")
         check_precondition(current, if_match)
-        await rows.delete_row(conn, tenant.id, resource_id)
-        await record_audit(
-            conn,
-            tenant.id,
-            principal,
-            AuditEntry(
-                action="resource.delete",
-                target_kind="resource",
-                target_id=current.id,
-                uri=current.uri,
-                before=current.digest(),
-            ),
-        )
+        await delete_locked(conn, principal, tenant, current)
+
+
+async def delete_locked(
+    conn: AsyncConnection, principal: Principal, tenant: Tenant, current: ResourceRecord
+) -> None:
+    """Delete a row locked in this transaction, and audit it (one deletion, alone or in a batch)."""
+    await rows.delete_row(conn, tenant.id, current.id)
+    await record_audit(
+        conn,
+        tenant.id,
+        principal,
+        AuditEntry(
+            action="resource.delete",
+            target_kind="resource",
+            target_id=current.id,
+            uri=current.uri,
+            before=current.digest(),
+        ),
+    )

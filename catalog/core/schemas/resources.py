@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from catalog.core.schemas.base import (
     DIRECTORY_MIME_TYPE,
@@ -18,6 +19,7 @@ from catalog.core.schemas.base import (
     Meta,
     MimeType,
     Model,
+    Scope,
     ShortText,
     Tag,
     Uri,
@@ -123,6 +125,19 @@ class ResourcePatch(Model):
         return self
 
 
+class SnippetPartOut(Model):
+    text: str
+    match: bool = Field(description="whether this part is what matched the search")
+
+
+class SnippetOut(Model):
+    """What of a resource matched a search (only on a search's answers): some words of one field,
+    in parts, the matched ones marked. Plain text: show it as text, never as markup."""
+
+    field: Literal["name", "title", "description", "uri", "text"]
+    parts: list[SnippetPartOut]
+
+
 class ResourceOut(Model):
     id: int
     uri: str
@@ -143,13 +158,33 @@ class ResourceOut(Model):
     blob_sha256: str | None = None
     text: str | None = None
     blob: str | None = None
+    snippet: SnippetOut | None = Field(
+        default=None, description="only when searching (`q`): what of the resource matched"
+    )
+
+
+class AuthorOut(Model):
+    """Who made a version, named for a reader (``changedBy`` keeps the label as recorded)."""
+
+    kind: Literal["platform", "token", "anonymous", "jwt", "system", "unknown"] = Field(
+        description="platform: the platform admin; token: a token of the tenant; jwt: an OAuth "
+        "subject; system: work the product did (import, restore, cli, demo); unknown: another label"
+    )
+    name: str = Field(
+        description="a display name: the token's name (`token #N` if it has none, `deleted token #N` "
+        "if it is gone), `platform admin`, the system job (`import`), or the OAuth subject as recorded"
+    )
+    token_id: int | None = None
+    subject: str | None = None
+    revoked: bool | None = Field(default=None, description="a token revoked since (present for tokens)")
 
 
 class ResourceVersionOut(Model):
     version: int
     uri: str
     changed_at: datetime
-    changed_by: str
+    changed_by: str = Field(description="the author's label as recorded (`token:1`, `platform-admin`, ...)")
+    author: AuthorOut | None = Field(default=None, description="the author, named (see changedBy)")
     resource: dict[str, Any]
     blob_sha256: str | None = None
     text_sha256: str | None = None
@@ -186,3 +221,43 @@ class ResourceVersionDetailOut(ResourceVersionOut):
     """One version with its text inlined (a blob stays named by ``blobSha256``)."""
 
     text: str | None = None
+
+
+# -- batches --------------------------------------------------------------------------------------
+
+MAX_BATCH = 500  # ids of one batch: one transaction holds their row locks until it ends
+BatchId = Annotated[int, Field(ge=1, le=2**63 - 1)]
+# What each action needs besides the ids; the others must be left out.
+_BATCH_ARGUMENTS: dict[str, tuple[str, ...]] = {"delete": (), "tag": ("tag",), "grant": ("scope",)}
+
+
+class ResourceBatchIn(Model):
+    """One action over several resources, all or nothing: ``delete`` them, ``tag`` them (add
+    ``tag`` to each), or ``grant`` each one's URI to ``scope`` (a ``{scope, uri}`` grant each)."""
+
+    action: Literal["delete", "tag", "grant"]
+    ids: list[BatchId] = Field(
+        min_length=1, max_length=MAX_BATCH, description=f"the resources' ids (at most {MAX_BATCH})"
+    )
+    tag: Tag | None = Field(default=None, description="for `tag`: the tag to add")
+    scope: Scope | None = Field(default=None, description="for `grant`: the scope to give sight to")
+
+    @model_validator(mode="after")
+    def _arguments(self) -> ResourceBatchIn:
+        needed = _BATCH_ARGUMENTS[self.action]
+        for name in ("tag", "scope"):
+            given = getattr(self, name) is not None
+            if given != (name in needed):
+                reason = f"required by {self.action}" if not given else f"not taken by {self.action}"
+                raise PydanticCustomError(
+                    "batch_argument", "{reason}", {"reason": reason, "pointer": f"/{name}"}
+                )
+        return self
+
+
+class ResourceBatchOut(Model):
+    action: str
+    ids: list[int] = Field(description="the resources acted on, each once, in the order given")
+    changed: int = Field(
+        description="how many changed: deleted, newly tagged, or given a new grant (an existing one is kept)"
+    )

@@ -6,9 +6,13 @@ missing, invalid or other tenant's token (one stderr line, nothing on stdout).""
 
 from __future__ import annotations
 
+import functools
 import json
+import queue
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -223,6 +227,8 @@ def request(id: int, method: str, params: dict[str, Any]) -> str:
 
 
 async def test_stdout_holds_nothing_but_protocol_and_stdin_closed_ends_it_with_0(stdio: Stdio) -> None:
+    """STDIO-1: each stdout line one JSON-RPC message, nothing else; STDIO-4: stdin closed, the
+    process ends, with 0."""
     process = launch(stdio, stdio.fixture.tokens["staff"])
     assert process.stdin is not None and process.stdout is not None
     process.stdin.write(
@@ -293,3 +299,123 @@ async def test_an_unknown_tenant_is_refused(stdio: Stdio) -> None:
     code, out, err = refused(stdio, stdio.fixture.tokens["staff"], tenant="nosuch")
     assert (code, out) == (1, "")
     assert err.strip() == "catalog: --tenant nosuch: no such tenant"
+
+
+class Lines:
+    """A raw ``catalog stdio`` process: lines written to its stdin; its stdout read by a thread of
+    its own into a queue, so that a wait for a line can time out."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self.process, self.stdin = process, process.stdin
+        self.seen: list[dict[str, Any]] = []
+        self.lines: queue.Queue[str] = queue.Queue()
+        stdout = process.stdout
+        threading.Thread(target=lambda: [self.lines.put(line) for line in stdout], daemon=True).start()
+
+    def send(self, message: str) -> None:
+        self.stdin.write(message + "\n")
+        self.stdin.flush()
+
+    async def until(self, wanted: Any) -> dict[str, Any]:
+        """Reads lines (each must be one JSON-RPC message) until one ``wanted(message)`` holds."""
+        deadline = time.monotonic() + WAIT
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                line = await anyio.to_thread.run_sync(
+                    functools.partial(self.lines.get, timeout=max(remaining, 0.01))
+                )
+            except queue.Empty:
+                raise AssertionError(f"no such message within {WAIT} s; seen {self.seen}") from None
+            message = json.loads(line)
+            self.seen.append(message)
+            if wanted(message):
+                return message
+
+    def rest(self) -> list[dict[str, Any]]:
+        """The lines not read yet (after the process has ended)."""
+        found = []
+        while not self.lines.empty():
+            found.append(json.loads(self.lines.get()))
+        return found
+
+
+def listen_request(id: str, uris: list[str]) -> str:
+    meta = json.loads(request(0, "x", {}))["params"]["_meta"]
+    params = {"_meta": meta, "notifications": {"resourceSubscriptions": uris}}
+    return json.dumps({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": params})
+
+
+def subscription_of(message: dict[str, Any]) -> Any:
+    return message.get("params", {}).get("_meta", {}).get("io.modelcontextprotocol/subscriptionId")
+
+
+async def test_discover_first_then_a_cancelled_listen_is_sent_nothing_more_stdio_2_3_5(stdio: Stdio) -> None:
+    """STDIO-5: ``server/discover`` as the very first line is answered, no handshake. STDIO-3 and
+    SUB-11: after ``notifications/cancelled`` for listen "a", a change both listens watch reaches
+    listen "b" only, and nothing more is sent for "a". ERR-5: the cancellation is not answered.
+    SUB-14: both listens share stdout, each acknowledged before anything else is sent for it.
+    STDIO-1/2: every stdout line is one JSON-RPC message, none of them a request."""
+    lines = Lines(launch(stdio, stdio.fixture.tokens["staff"]))
+    try:
+        lines.send(request(1, "server/discover", {}))
+        discovered = await lines.until(lambda m: m.get("id") == 1)
+        assert MODERN in discovered["result"]["supportedVersions"], discovered
+        lines.send(listen_request("a", [WATCHED]))
+        lines.send(listen_request("b", [WATCHED]))
+        acknowledged: set[str] = set()
+
+        def both_acknowledged(message: dict[str, Any]) -> bool:
+            if message.get("method") == "notifications/subscriptions/acknowledged":
+                acknowledged.add(subscription_of(message))
+            return acknowledged == {"a", "b"}
+
+        await lines.until(both_acknowledged)
+        cancelled_at = len(lines.seen)
+        lines.send(
+            json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "a"}})
+        )
+        await put_text(stdio, WATCHED, "changed while listen a is cancelled")
+        updated = await lines.until(lambda m: m.get("method") == "notifications/resources/updated")
+        assert (subscription_of(updated), updated["params"]["uri"]) == ("b", WATCHED)
+        # A request answered after the delivery: anything still going to "a" would have come by now.
+        lines.send(request(9, "resources/read", {"uri": WATCHED}))
+        answer = await lines.until(lambda m: m.get("id") == 9)
+        assert answer["result"]["contents"][0]["text"] == "changed while listen a is cancelled"
+    finally:
+        lines.stdin.close()
+        code = await anyio.to_thread.run_sync(lambda: lines.process.wait(timeout=60))
+    after_cancel = lines.seen[cancelled_at:] + lines.rest()
+    assert [m for m in after_cancel if subscription_of(m) == "a" or m.get("id") == "a"] == [], after_cancel
+    assert all(m["jsonrpc"] == "2.0" for m in lines.seen)
+    assert [m for m in lines.seen if "method" in m and "id" in m] == []  # never a request
+    for listen in ("a", "b"):  # SUB-14: on the shared stdout, each listen's acknowledgement first
+        first = next(m for m in lines.seen if subscription_of(m) == listen)
+        assert first["method"] == "notifications/subscriptions/acknowledged", first
+    assert code == 0
+
+
+async def test_a_discover_probe_then_initialize_switches_to_the_2025_era_compat_10(stdio: Stdio) -> None:
+    """COMPAT-10: a dual-era client probes with ``server/discover``, answered before any
+    ``initialize``; an ``initialize`` after it opens a 2025-11-25 session on the same process,
+    whose requests carry no ``_meta`` envelope."""
+    lines = Lines(launch(stdio, stdio.fixture.tokens["staff"]))
+    try:
+        lines.send(request(1, "server/discover", {}))
+        discovered = await lines.until(lambda m: m.get("id") == 1)
+        assert discovered["result"]["supportedVersions"] == [MODERN]
+        hello = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
+        lines.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": hello}))
+        initialized = await lines.until(lambda m: m.get("id") == 2)
+        assert initialized["result"]["protocolVersion"] == LEGACY, initialized
+        lines.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        lines.send(
+            json.dumps({"jsonrpc": "2.0", "id": 3, "method": "resources/read", "params": {"uri": WATCHED}})
+        )
+        read = await lines.until(lambda m: m.get("id") == 3)
+        assert read["result"]["contents"][0]["uri"] == WATCHED, read
+    finally:
+        lines.stdin.close()
+        code = await anyio.to_thread.run_sync(lambda: lines.process.wait(timeout=60))
+    assert code == 0
