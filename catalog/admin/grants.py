@@ -26,7 +26,8 @@ async def create_grant(
 ) -> GrantCreated:
     """Give ``scope`` sight of one resource (``uri``), of every URI starting with a string
     (``uriPrefix``: a plain string prefix, so ``file:///a`` also covers ``file:///ab``; end it with
-    ``/`` for a subtree) or of a ``tag``: exactly one of the three. ``warnings`` in the answer names
+    ``/`` for a subtree, which then covers the directory URI without that ``/`` too) or of a
+    ``tag``: exactly one of the three. ``warnings`` in the answer names
     a prefix that does not end at a delimiter (``/``, ``#``, ``?``, ``:``, ``&``, ``=``, ``;``)."""
     return await core.create_grant(catalog, principal, tenant, body)
 

@@ -32,7 +32,10 @@ async def browse_tree(
 ) -> Page[TreeEntryOut]:
     """The folder at ``prefix``: sub-folders (one path segment deeper, ending in '/') and resources,
     in URI byte order. At the root the first level is ``scheme://authority/``. A folder is shown
-    when something under it passes the filters."""
+    when something under it passes the filters. A directory resource (``inode/directory`` at
+    ``…/api``) whose folder ``…/api/`` is shown is not a separate entry: the folder entry carries it
+    as ``resource``, at the resource's place in the order; with nothing shown under it, it is a
+    plain resource entry."""
     folder = prefix or ""
     entries, next_cursor = await core.tree_page(
         catalog,
@@ -42,11 +45,17 @@ async def browse_tree(
         cursor=cursor,
         limit=limit,
         filters=ListingFilter(tag=tag, mime_type=mime_type),
+        carry_directories=True,
     )
     items = []
     for entry in entries:
         if entry.folder is not None:
-            items.append(TreeEntryOut(kind="folder", name=entry.folder[len(folder) :], prefix=entry.folder))
+            carried = entry.record.to_out() if entry.record is not None else None
+            items.append(
+                TreeEntryOut(
+                    kind="folder", name=entry.folder[len(folder) :], prefix=entry.folder, resource=carried
+                )
+            )
         else:
             assert entry.record is not None
             name = entry.record.uri[len(folder) :] or entry.record.uri

@@ -3,7 +3,11 @@
 A resource or template is visible to a principal who administers its tenant, or who holds a scope
 that some grant of that tenant gives over it: ``{uri}`` (one resource), ``{uriPrefix}`` (every URI
 starting with that string: a plain string prefix, so ``file:///a`` covers ``file:///ab`` too) or
-``{tag}`` (everything carrying the tag). Templates are matched on their literal prefix.
+``{tag}`` (everything carrying the tag). Templates are matched on their literal prefix. A prefix
+ending in ``/`` also covers the one URI that is the prefix without its ``/`` (``file:///a/``
+covers the directory resource ``file:///a``, not ``file:///ab``): the loader yields that URI
+beside the prefix as an exact-URI selector, so this module and the SQL functions see it as any
+``{uri}`` grant and the rule is stated once, in ``catalog_scope_grants``.
 
 ``load_visibility`` reads the principal's grants once (``catalog_scope_grants``, the one loader
 of grants); the resulting ``Visibility`` turns them into SQL predicates — prefix grants as index
@@ -66,7 +70,8 @@ _SPARSE_PAGE = (
 
 
 # The one loader of a principal's grants (``catalog_scope_grants``, migration 0013), which the
-# one-statement read (``catalog_plain_read``) calls too.
+# one-statement read (``catalog_plain_read``) calls too. Its URIs include, for each prefix ending in
+# '/', that prefix without the '/' (migration 0018).
 _SCOPE_GRANTS = (
     text("SELECT g.uris, g.prefixes, g.tags FROM catalog_scope_grants(:tenant_id, :scopes) AS g")
     .bindparams(bindparam("tenant_id", type_=BigInteger), bindparam("scopes", type_=ARRAY(Text)))

@@ -12,7 +12,7 @@ The text is frozen here; the current definition of every function is in
 ``catalog/db/sql/functions.sql``. Downgrade restores 0011's definition.
 
 Revision ID: 0019
-Revises: 0017
+Revises: 0018
 Create Date: 2026-12-07 17:40:00.000000
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "0019"
-down_revision: str | None = "0017"
+down_revision: str | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

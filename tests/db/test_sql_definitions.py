@@ -251,14 +251,18 @@ async def test_the_grant_loader_returns_only_grants_the_callers_scope_may_read(
     """``catalog_scope_grants`` runs as its caller: under the app role, row-level security shows it
     the grants of the tenant the transaction is scoped to and none of another's; it returns every
     grant of the scopes asked for (the admin flag and the like are Python's rule), NULL arrays for
-    none."""
+    none. The prefix grant ``file:///shared/`` brings its directory URI ``file:///shared`` among
+    the URIs (0018)."""
     tenant = await _seeded(db)
     other = await db.fetchval("INSERT INTO tenants (slug, name) VALUES ('o', 'O') RETURNING id")
     await db.execute(
         "INSERT INTO grants (tenant_id, scope, tag) VALUES ($1, 'reader', 't'), ($1, 'writer', 'w')", tenant
     )
     loaded = "SELECT uris, prefixes, tags FROM catalog_scope_grants($1, $2)"
-    for scope, expected in ((tenant, (None, ["file:///shared/"], ["t"])), (other, (None, None, None))):
+    for scope, expected in (
+        (tenant, (["file:///shared"], ["file:///shared/"], ["t"])),
+        (other, (None, None, None)),
+    ):
         async with db.transaction():
             await db.execute("SET LOCAL ROLE catalog_app")
             await db.execute("SELECT set_config('catalog.tenant_id', $1, true)", str(scope))

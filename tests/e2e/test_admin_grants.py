@@ -99,3 +99,22 @@ async def test_a_prefix_is_a_plain_string_prefix_exactly_as_documented(
     schema = (await client.get("/openapi.json")).json()["components"]["schemas"]["GrantIn"]
     description = schema["properties"]["uriPrefix"]["description"]
     assert "string prefix" in description and "file:///ab" in description
+
+
+async def test_a_slash_prefix_covers_its_directory_uri_in_the_scope_preview(
+    client: httpx.AsyncClient, tenant: str
+) -> None:
+    """``file:///imp/api/`` covers the directory resource ``file:///imp/api`` (what a directory
+    import stores for the folder) and what is under it, not ``file:///imp/apix`` nor
+    ``file:///imp/ap``; the grant earns no warning."""
+    await client.post(
+        f"{API}/tenants/{tenant}/resources",
+        json={"uri": "file:///imp/api", "name": "api", "mimeType": "inode/directory"},
+    )
+    for uri in ("file:///imp/api/x.md", "file:///imp/apix", "file:///imp/ap", "file:///imp/api.md"):
+        await client.post(f"{API}/tenants/{tenant}/resources", json={"uri": uri, "name": "x", "text": "x"})
+    created = await client.post(grants(tenant), json={"scope": "api", "uriPrefix": "file:///imp/api/"})
+    assert created.status_code == 201 and "warnings" not in created.json()
+    preview = (await client.get(grants(tenant, "/preview"), params={"scope": "api"})).json()
+    assert preview["count"] == 2
+    assert [i["uri"] for i in preview["items"]] == ["file:///imp/api", "file:///imp/api/x.md"]

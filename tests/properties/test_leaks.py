@@ -7,9 +7,10 @@ The expected sets come from :class:`Oracle`, a small restatement of the rule in 
 
 * a resource is visible to a principal of its tenant who is an admin, or who holds a scope that some
   grant of that tenant gives over it: ``{uri}`` equal to its URI, ``{uriPrefix}`` a string prefix of
-  its URI, ``{tag}`` one of its tags;
+  its URI (or, for a prefix ending in ``/``, its URI plus that ``/``), ``{tag}`` one of its tags;
 * a template likewise, a prefix grant matching its literal prefix (the text before the first ``{``),
-  a uri grant naming the template itself, a tag grant one of its tags;
+  a uri grant naming the template itself (as does a prefix ending in ``/`` without it), a tag
+  grant one of its tags;
 * invisible and non-existent are the same ``-32602 Resource not found`` with ``data.uri``.
 
 Surfaces checked per principal (opaque tokens, admin or not, of every tenant; the anonymous caller of
@@ -272,6 +273,8 @@ class Oracle:
                 return True
             if g.kind == "uriPrefix" and res.uri.startswith(g.value):
                 return True
+            if g.kind == "uriPrefix" and g.value.endswith("/") and res.uri == g.value[:-1]:
+                return True
             if g.kind == "tag" and g.value in res.tags:
                 return True
         return False
@@ -283,6 +286,8 @@ class Oracle:
             if g.kind == "uri" and g.value == tpl.uri_template:
                 return True
             if g.kind == "uriPrefix" and tpl.literal_prefix.startswith(g.value):
+                return True
+            if g.kind == "uriPrefix" and g.value.endswith("/") and tpl.uri_template == g.value[:-1]:
                 return True
             if g.kind == "tag" and g.value in tpl.tags:
                 return True

@@ -11,7 +11,8 @@ by the grants themselves are exactly those that
   grants it loaded itself).
 
 Grants are URIs, prefixes (covering one another, the empty-path ``test://`` covering all, edge
-characters such as ``/`` and ``0`` that bound a prefix's range, U+10FFFF) and tags over three
+characters such as ``/`` and ``0`` that bound a prefix's range, U+10FFFF; a prefix ending in ``/``
+also covering the URI without that ``/``) and tags over three
 scopes; principals are a tenant admin, a scoped token, a token without scopes and another tenant's
 token. One tenant per example, inserted in a few statements.
 """
@@ -24,7 +25,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
@@ -42,7 +43,8 @@ TAGS = ["t1", "t2", "t3"]
 # "/" and "0" are neighbours ("0" is the first character past a prefix ending in "/"), "." sorts
 # before both, "~" is the last printable ASCII, U+10FFFF the last code point (no upper bound).
 PATH = st.text(alphabet=["/", "0", ".", "~", "a", "é", "\U0010ffff"], max_size=4)
-URIS = st.builds(lambda path: "test://" + path, PATH)
+# The directory URIs of the sampled slash prefixes ("test://a" of "test://a/") come up often.
+URIS = st.one_of(st.builds(lambda path: "test://" + path, PATH), st.sampled_from(["test://a", "test:/"]))
 RESOURCES = st.dictionaries(URIS, st.frozensets(st.sampled_from(TAGS), max_size=2), max_size=10)
 SELECTORS = st.one_of(
     st.tuples(st.just("uri"), URIS),
@@ -73,7 +75,8 @@ def visible_by_the_grants(
     standing: str, scopes: frozenset[str], grants: list[tuple[str, tuple[str, str]]], found: dict[str, Any]
 ) -> set[str]:
     """The rule as the README states it, written out: an admin sees everything; another tenant's
-    principal and one without scopes nothing; anyone else what a grant of one of its scopes names."""
+    principal and one without scopes nothing; anyone else what a grant of one of its scopes names
+    (a prefix ending in ``/`` also names the URI that is the prefix without it)."""
     if standing == "admin":
         return set(found)
     if standing != "scoped":
@@ -84,7 +87,7 @@ def visible_by_the_grants(
         for uri, tags in found.items()
         if any(
             (kind == "uri" and uri == value)
-            or (kind == "uri_prefix" and uri.startswith(value))
+            or (kind == "uri_prefix" and (uri.startswith(value) or (value[-1:] == "/" and uri == value[:-1])))
             or (kind == "tag" and value in tags)
             for kind, value in held
         )
@@ -118,6 +121,18 @@ _READ = "SELECT resource_uri FROM catalog_plain_read(NULL, $1, $2, $3, $4, $5, $
     grants=GRANTS,
     standing=STANDINGS,
     limit=st.integers(min_value=1, max_value=4),
+)
+# The directory URI of a slash prefix, beside what the prefix covers and what it must not.
+@example(
+    found={
+        "test://a": frozenset(),
+        "test://a/0": frozenset(),
+        "test://ab": frozenset(),
+        "test://": frozenset(),
+    },
+    grants=[("a", ("uri_prefix", "test://a/"))],
+    standing=("scoped", frozenset({"a"})),
+    limit=1,
 )
 async def test_allows_the_sql_predicate_the_page_function_and_the_fast_read_agree_with_the_grants(
     catalog: Catalog,

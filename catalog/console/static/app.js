@@ -305,7 +305,14 @@ async function browsePage(slug, params) {
       for (const item of pageData.items) {
         const r = q ? item : item.resource;
         if (!q && item.kind === "folder") {
-          append(body, [h("tr", {}, h("td", {}, link(item.name, `#/t/${enc(slug)}/browse${qs({ prefix: item.prefix, tag, mimeType: mime })}`, { class: "folder" })), h("td", { class: "muted" }, "folder"), h("td"), h("td"))]);
+          // A folder may carry its directory resource (inode/directory at the folder's URI without
+          // its "/"): one row, the name opens the folder, "directory" opens the resource itself.
+          const dir = item.resource;
+          append(body, [h("tr", { class: "folder-row", dataset: dir ? { uri: dir.uri } : {} },
+            h("td", {}, link(item.name, `#/t/${enc(slug)}/browse${qs({ prefix: item.prefix, tag, mimeType: mime })}`, { class: "folder" }),
+              dir ? [" ", link("directory", `#/t/${enc(slug)}/r/${dir.id}`, { class: "directory small", title: dir.uri })] : null,
+              dir && dir.title ? h("div", { class: "small muted" }, dir.title) : null),
+            h("td", { class: "muted" }, dir ? dir.mimeType : "folder"), h("td"), h("td", {}, dir ? when(dir.updatedAt) : null))]);
         } else {
           append(body, [h("tr", { dataset: { uri: r.uri } },
             h("td", {}, picked.box(r), " ", thumbnail(slug, r), link(q ? r.uri : item.name, `#/t/${enc(slug)}/r/${r.id}`, { class: "file", title: r.uri }), r.title ? h("div", { class: "small muted" }, r.title) : null, snippetOf(r.snippet)),

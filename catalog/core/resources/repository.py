@@ -247,6 +247,15 @@ def listing_clause(
     return and_(*clauses)
 
 
+async def visible_row(
+    conn: AsyncConnection, visibility: Visibility, uri: str, filters: ListingFilter = NO_FILTER
+) -> ResourceRecord | None:
+    """The row at exactly ``uri`` when a listing with these filters would show it (no content)."""
+    query = select(*LISTING_COLUMNS).where(listing_clause(visibility, filters), resources.c.uri == uri)
+    row = (await conn.execute(query)).one_or_none()
+    return record_from_row(row) if row else None
+
+
 async def page_rows(
     conn: AsyncConnection,
     visibility: Visibility,

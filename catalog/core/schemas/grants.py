@@ -11,8 +11,10 @@ from catalog.core.schemas.base import Model, Scope, Tag, Uri, UriPrefix
 URI_PREFIX_DESCRIPTION = (
     "every URI that starts with this string, compared character by character: a plain string "
     "prefix, not a path. file:///a covers file:///a/x and also file:///ab; end the prefix with '/' "
-    "(or another delimiter such as '#', '?' or ':') to grant exactly a subtree. A prefix that does "
-    "not end at a delimiter is accepted, with a warning in the response."
+    "(or another delimiter such as '#', '?' or ':') to grant exactly a subtree. A prefix ending in "
+    "'/' also covers the one URI that is the prefix without its '/' (file:///a/ covers the directory "
+    "resource file:///a, not file:///ab). A prefix that does not end at a delimiter is accepted, "
+    "with a warning in the response."
 )
 # A prefix ending in one of these stops at a boundary of the URI's structure (RFC 3986 delimiters).
 PREFIX_BOUNDARIES = frozenset("/#?:&=;")

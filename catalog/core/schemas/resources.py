@@ -204,12 +204,17 @@ class BlobOut(Model):
 
 class TreeEntryOut(Model):
     """One entry of a folder of the URI tree: a sub-folder (``kind: folder``, ``prefix`` to open it)
-    or a resource (``kind: resource``, the resource as the listing shows it)."""
+    or a resource (``kind: resource``, the resource as the listing shows it). A folder whose
+    directory resource (``inode/directory`` at the folder's URI without its '/') is shown carries
+    it as ``resource``; that resource is not listed again."""
 
     kind: Literal["folder", "resource"]
     name: str = Field(description="the entry's name in its folder (a folder's ends with '/')")
     prefix: str | None = None
-    resource: ResourceOut | None = None
+    resource: ResourceOut | None = Field(
+        default=None,
+        description="a resource entry's resource; on a folder, its directory resource when there is one",
+    )
 
 
 class ResourceVersionDetailOut(ResourceVersionOut):

@@ -466,10 +466,15 @@ $$;
 -- principal sees with them (everything for an admin, nothing for another tenant's principal or one
 -- without scopes) is one rule, catalog.core.visibility.visibility_of_grants. It runs as the
 -- caller, so row-level security applies: the caller's scope must include p_tenant.
+-- A uriPrefix ending in '/' also covers the one URI that is the prefix without its '/' (the
+-- directory resource of that folder, 0018): the loader yields that URI among the exact URIs, so
+-- every consumer of the grants (Visibility, the fast path's functions, event fan-out) inherits it.
 CREATE OR REPLACE FUNCTION catalog_scope_grants(p_tenant bigint, p_scopes text[])
 RETURNS TABLE (uris text[], prefixes text[], tags text[])
 LANGUAGE sql STABLE AS $$
-SELECT array_agg(g.uri) FILTER (WHERE g.uri IS NOT NULL),
+SELECT array_agg(g.uri) FILTER (WHERE g.uri IS NOT NULL)
+           || array_agg(left(g.uri_prefix, -1))
+              FILTER (WHERE right(g.uri_prefix, 1) = '/' AND length(g.uri_prefix) > 1),
        array_agg(g.uri_prefix) FILTER (WHERE g.uri_prefix IS NOT NULL),
        array_agg(g.tag) FILTER (WHERE g.tag IS NOT NULL)
 FROM grants AS g
