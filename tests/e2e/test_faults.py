@@ -338,6 +338,14 @@ def open_server_tempfiles(pid: int, directory: Path) -> list[str]:
     return found
 
 
+def leftover(entry: Path) -> str:
+    """What a file left in the spool directory is, for the assertion's message."""
+    info = entry.lstat()
+    head = entry.read_bytes()[:32] if entry.is_file() else b""
+    kind = "dir" if entry.is_dir() else "file"
+    return f"{entry.name}: {kind}, {info.st_size} bytes, mode {oct(info.st_mode)}, starts {head!r}"
+
+
 def test_sigkill_mid_blob_upload_and_mid_resource_write_leaves_nothing_partial(
     postgres: Postgres, database: str, tmp_path: Path
 ) -> None:
@@ -372,14 +380,17 @@ def test_sigkill_mid_blob_upload_and_mid_resource_write_leaves_nothing_partial(
 
         uploader = threading.Thread(target=upload, daemon=True)
         uploader.start()
-        until(lambda: open_server_tempfiles(served.process.pid, spool), 30, "the server spooling the upload")
+        spooling = until(
+            lambda: open_server_tempfiles(served.process.pid, spool), 30, "the server spooling the upload"
+        )
         served.process.send_signal(signal.SIGKILL)
         assert served.process.wait(timeout=30) == -signal.SIGKILL
         release.set()
         uploader.join(timeout=30)
         assert upload_error, "the upload cannot have succeeded: its server was killed mid-stream"
     assert counts(postgres, database) == before
-    assert list(spool.iterdir()) == []  # the spool was an unnamed temporary file: nothing left behind
+    # The spool was an unnamed temporary file: nothing left behind.
+    assert [leftover(entry) for entry in spool.iterdir()] == [], spooling
 
     # 2. A resource write with an inline blob, killed while its transaction is open: the blob is
     # written, the one statement writing the resource, its version and its audit row waits on a lock
