@@ -105,7 +105,11 @@ async def test_ack_names_exactly_what_is_honoured_sub_2_sub_3(srv: Served) -> No
 async def test_updates_and_list_changes_fire_only_for_visible_uris_sub_4_sub_6(
     srv: Served, writer: Any
 ) -> None:
-    """RES-3, RES-16 (docs/requirements.toml)."""
+    """RES-3, RES-16 (docs/requirements.toml). The hidden writes fire nothing; the visible ones fire
+    ``updated`` for the watched URI and ``list_changed``, in that order -- or, should the listener
+    lose its connection meanwhile (a loaded machine), as the gap it then reports: ``list_changed``
+    and every visible subscription ``updated`` (test_gap_means_list_changed_and_every_visible_...)."""
+    wanted = [ResourceUpdated(uri=WATCHED), ResourcesListChanged()]
     async with (
         srv.client() as client,
         client.listen(resources_list_changed=True, resource_subscriptions=[WATCHED, HIDDEN]) as sub,
@@ -114,8 +118,13 @@ async def test_updates_and_list_changes_fire_only_for_visible_uris_sub_4_sub_6(
         await writer("file:///private/new.txt", "created, hidden")
         await writer(WATCHED, "version 2")
         await writer("test://brand-new", "created, visible")
-        got = await collect(sub, lambda e: isinstance(e, ResourcesListChanged))
-        assert got == [ResourceUpdated(uri=WATCHED), ResourcesListChanged()]
+        got: list[Any] = []
+        with anyio.fail_after(WAIT):
+            async for event in sub:
+                got.append(event)
+                if all(one in got for one in wanted):
+                    break
+        assert got in (wanted, wanted[::-1]), got
         reread = await client.read_resource(WATCHED)
     assert reread.contents[0].text == "version 2"  # type: ignore[union-attr]
 
