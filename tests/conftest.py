@@ -29,8 +29,10 @@ from sqlalchemy.engine import make_url
 
 from catalog.app import create_app
 from catalog.cli import main
+from catalog.core.catalog import Catalog
 from catalog.db import migrate
 from catalog.db.embedded import EmbeddedPostgres
+from catalog.db.engine import create_engine
 from catalog.serving import CatalogServer
 from catalog.settings import Settings, get_settings
 from tests.admin_support import ADMIN, API, running
@@ -234,6 +236,16 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
         public_tenant=None,
         rate_limit_per_minute=0,  # tests of other things must not trip it (tests/db/test_edge.py does)
     )
+
+
+@pytest.fixture
+async def catalog(settings: Settings) -> AsyncIterator[Catalog]:
+    """The core on the test's database, as the app builds it (a small pool of its own)."""
+    engine = create_engine(settings.async_database_url(), pool_size=2)
+    try:
+        yield Catalog(engine=engine, settings=settings)
+    finally:
+        await engine.dispose()
 
 
 def free_port(host: str = "127.0.0.1") -> int:

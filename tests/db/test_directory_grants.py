@@ -6,10 +6,7 @@ function, the one-statement read, the template predicate)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import asyncpg
-import pytest
 from sqlalchemy import select
 
 from catalog.core.catalog import Catalog
@@ -17,9 +14,8 @@ from catalog.core.direct.listing import visible_page
 from catalog.core.principal import Principal
 from catalog.core.reading import RESOURCE_LISTING
 from catalog.core.visibility import Visibility, load_visibility
-from catalog.db.engine import TenantScope, create_engine, transaction
+from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import resources, templates
-from catalog.settings import Settings
 
 ROOT = "file:///srv"
 STORED = [
@@ -35,15 +31,6 @@ STORED = [
 ]
 _LOADED = "SELECT uris, prefixes, tags FROM catalog_scope_grants($1, $2)"
 _READ = "SELECT resource_uri FROM catalog_plain_read(NULL, $1, $2, false, $3, $4, $5, $6, $7, $8)"
-
-
-@pytest.fixture
-async def catalog(settings: Settings) -> AsyncIterator[Catalog]:
-    engine = create_engine(settings.async_database_url(), pool_size=2)
-    try:
-        yield Catalog(engine=engine, settings=settings)
-    finally:
-        await engine.dispose()
 
 
 async def _tenant_with(db: asyncpg.Connection, grants: list[tuple[str, str]]) -> int:

@@ -15,11 +15,12 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from playwright.async_api import async_playwright
 
-from tests.e2e.test_console_browser import ARTIFACTS, CHROMIUM, WAIT_MS, png, wait_until
+from tests.e2e.test_console_browser import ARTIFACTS, CHROMIUM, WAIT_MS, browser, png, wait_until
 from tests.mcp_helpers import module_database
 from tests.processes import Served, catalog_env, run_catalog, serving, started
+
+__all__ = ["browser"]  # a fixture, used by name
 
 pytestmark = [
     pytest.mark.process,
@@ -68,16 +69,6 @@ async def api(server: Served) -> AsyncIterator[httpx.AsyncClient]:
         base_url=f"{server.base_url}/admin/v1", headers=headers, timeout=30
     ) as client:
         yield client
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def browser() -> AsyncIterator[Any]:
-    async with async_playwright() as driver:
-        chromium = await driver.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        try:
-            yield chromium
-        finally:
-            await chromium.close()
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -14,11 +14,9 @@ from __future__ import annotations
 import io
 import itertools
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,8 +26,6 @@ from catalog.core.resources import upsert_many, upsert_resource
 from catalog.core.schemas.resources import ResourceIn
 from catalog.core.tenants import Tenant, create_tenant
 from catalog.core.transfer.importer import import_jsonl
-from catalog.db.engine import create_engine
-from catalog.settings import Settings
 
 PRINCIPAL = Principal.system("import")  # one label for both paths: versions and audit rows name it
 URIS = ("test://a", "test://b", "test://c/d")
@@ -62,15 +58,6 @@ def bodies(draw: st.DrawFn, uri: str) -> dict[str, Any]:
 BATCH = st.lists(st.sampled_from(URIS), unique=True, min_size=1).flatmap(
     lambda uris: st.tuples(*(bodies(uri) for uri in uris))
 )
-
-
-@pytest.fixture
-async def catalog(settings: Settings) -> AsyncIterator[Catalog]:
-    engine = create_engine(settings.async_database_url(), pool_size=2)
-    try:
-        yield Catalog(engine=engine, settings=settings)
-    finally:
-        await engine.dispose()
 
 
 async def state(db: asyncpg.Connection, tenant: Tenant) -> dict[str, Any]:

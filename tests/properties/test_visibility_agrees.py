@@ -20,11 +20,9 @@ token. One tenant per example, inserted in a few statements.
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
@@ -34,9 +32,8 @@ from catalog.core.direct.listing import visible_page
 from catalog.core.principal import Principal
 from catalog.core.reading import RESOURCE_LISTING
 from catalog.core.visibility import Visibility, load_visibility
-from catalog.db.engine import TenantScope, create_engine, transaction
+from catalog.db.engine import TenantScope, transaction
 from catalog.db.models import resources
-from catalog.settings import Settings
 
 SCOPES = ["a", "b", "c"]
 TAGS = ["t1", "t2", "t3"]
@@ -60,15 +57,6 @@ STANDINGS = st.one_of(
     st.tuples(st.just("other tenant"), st.frozensets(st.sampled_from(SCOPES), min_size=1)),
 )
 SLUGS = itertools.count()
-
-
-@pytest.fixture
-async def catalog(settings: Settings) -> AsyncIterator[Catalog]:
-    engine = create_engine(settings.async_database_url(), pool_size=2)
-    try:
-        yield Catalog(engine=engine, settings=settings)
-    finally:
-        await engine.dispose()
 
 
 def visible_by_the_grants(
