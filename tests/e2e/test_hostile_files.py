@@ -189,12 +189,14 @@ def _env(database_url: str, tmp_path: Path) -> dict[str, str]:
     )
 
 
-def _one_line_failure(result: subprocess.CompletedProcess[str], message: str) -> None:
-    """Exit status 1, nothing on stdout, exactly one ``catalog:`` line on stderr holding ``message``."""
+def _one_line_failure(result: subprocess.CompletedProcess[str], message: str | tuple[str, ...]) -> None:
+    """Exit status 1, nothing on stdout, exactly one ``catalog:`` line on stderr holding ``message``
+    (or one of them)."""
     assert "Traceback" not in result.stderr, result.stderr
     assert (result.returncode, result.stdout) == (1, ""), result.stderr
     assert len(result.stderr.splitlines()) == 1, result.stderr
-    assert message in result.stderr, result.stderr
+    messages = (message,) if isinstance(message, str) else message
+    assert any(one in result.stderr for one in messages), result.stderr
 
 
 @pytest.fixture
@@ -345,8 +347,11 @@ def _corrupted(data: bytes) -> bytes:
     return data[:middle] + bytes(b ^ 0x55 for b in data[middle : middle + 64]) + data[middle + 64 :]
 
 
+# Flipped deflate bytes usually break the stream ("damaged"), but may also inflate to other bytes
+# that reach the JSON reader before gzip's checksum at the end does: a bad line, as refused.
 @pytest.mark.parametrize(
-    ("damage", "message"), [(_truncated, "the file is damaged"), (_corrupted, "the file is damaged")]
+    ("damage", "message"),
+    [(_truncated, "the file is damaged"), (_corrupted, ("the file is damaged", "not a JSON line"))],
 )
 def test_a_truncated_or_corrupt_gzip_backup_is_refused_in_one_line(
     backup_lines: list[bytes],
@@ -354,7 +359,7 @@ def test_a_truncated_or_corrupt_gzip_backup_is_refused_in_one_line(
     database_url: str,
     sql: Sql,
     damage: Callable[[bytes], bytes],
-    message: str,
+    message: str | tuple[str, ...],
 ) -> None:
     path = tmp_path / "damaged.backup"
     path.write_bytes(damage(gzip.compress(b"".join(backup_lines))))
