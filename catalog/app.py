@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import tempfile
 from collections.abc import AsyncIterator
 
 import anyio
@@ -74,6 +75,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Python finds its temporary directory the first time it is asked by writing and removing a
+        # probe file there: ask now, so the first spooled upload does not pay for it and a worker
+        # killed mid-probe cannot leave the probe behind in the operator's TMPDIR.
+        tempfile.gettempdir()
         async with open_catalog(settings) as catalog:
             app.state.catalog = catalog
             # The one shutdown signal: set when the server begins to stop (before it waits for

@@ -327,13 +327,14 @@ def catalog_backends(postgres: Postgres, database: str) -> list[dict[str, Any]]:
 
 
 def open_server_tempfiles(pid: int, directory: Path) -> list[str]:
+    """The server's open, already unlinked files in ``directory``: its spool files."""
     fd_dir = Path(f"/proc/{pid}/fd")
     found = []
     with contextlib.suppress(FileNotFoundError, ProcessLookupError):
         for fd in fd_dir.iterdir():
             with contextlib.suppress(OSError):
                 target = os.readlink(fd)
-                if target.startswith(str(directory)):
+                if target.startswith(str(directory)) and target.endswith(" (deleted)"):
                     found.append(target)
     return found
 
