@@ -73,6 +73,11 @@ class ListenerBarrier:
         self._overdue = False
         self._task: asyncio.Task[None] | None = None
 
+    @property
+    def overdue(self) -> bool:
+        """A round is in flight past :attr:`wait_s`: reads go to the primary without waiting."""
+        return self._overdue
+
     async def start(self) -> None:
         """LISTEN on the private channel (now, if connected, and after every reconnection)."""
         self.listener.add_state_listener(self._on_state)
