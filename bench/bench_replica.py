@@ -26,6 +26,16 @@ with the table of 2 and of 8 workers' rows, against the same call without a tabl
 process's rule), interleaved round by round; the added time is also put against this run's median
 ``serial`` read through the replica.
 
+The listener barrier's cost (docs/scaling.md, "Across hosts": before a read uses a replica, a NOTIFY
+echoed through the process's own LISTEN connection proves its listener current) is measured in the
+same run, in process, on the same cluster: ``on_replica`` reads (the tenant's resource by URI on
+the standby, through the replica's engine) in a closed loop of 1 and of C concurrent readers, with
+the barrier and without it, interleaved round by round (10 rounds of 1 s each): reads a second, median and p99 latency,
+and NOTIFY rounds per read (the coalescing); and the barrier's wait alone (one round after
+another, nothing else running), which is the latency it adds to a read, since the read's own
+statements follow it unchanged. The servers above run with it (it is always on with a
+replica), and their ``catalog_read_barrier_rounds_total`` is reported too.
+
 Reported: where the reads ran (the ``replica`` server's ``catalog_read_replica_reads_total{target}``
 and ``catalog_read_replica_skips_total{reason}``, and the standby's own ``xact_commit``), throughput
 replica / primary per round, and the median latency of each shape with the replica on and off.
@@ -51,6 +61,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+from sqlalchemy import text
 
 from bench.harness import (
     Database,
@@ -64,9 +75,14 @@ from bench.harness import (
 from bench.http import closed_loop, mcp_request
 from bench.replication import replicated
 from catalog.core import replica_positions
+from catalog.core.catalog import Catalog
 from catalog.core.replica_positions import SharedPositions
-from catalog.core.replicas import ReadReplicas
+from catalog.core.replicas import ReadReplicas, Replica, on_replica
 from catalog.db.engine import create_engine
+from catalog.events import ChangeListener, EventHub, listener_dsn
+from catalog.events.barrier import ListenerBarrier
+from catalog.observability import metrics as metrics_module
+from catalog.settings import Settings
 
 URI = "file:///bench/hello.txt"
 TEXT = "hello, world"
@@ -94,6 +110,8 @@ def metrics(server: ServerProcess) -> dict[str, float]:
     for match in re.finditer(pattern, text, re.MULTILINE):
         key = f"{match.group(1)}.{match.group(2)}"
         found[key] = found.get(key, 0.0) + float(match.group(3))
+    for match in re.finditer(r"^catalog_read_barrier_rounds_total(?:\{[^}]*\})? (\S+)$", text, re.MULTILINE):
+        found["barrier.rounds"] = found.get("barrier.rounds", 0.0) + float(match.group(1))
     return found
 
 
@@ -171,6 +189,116 @@ async def routing_cost(rows: int) -> dict[str, float]:
         "ratio": shared_ns / alone_ns,
         "added_us": (shared_ns - alone_ns) / 1000,
     }
+
+
+BARRIER_CONCURRENCY = (1, 16)
+BARRIER_WAITS = 500  # serial barrier waits a round, timed alone
+# Short interleaved rounds, many of them: the machine's load drifts over seconds, and the difference
+# sought is a fraction of a millisecond.
+BARRIER_ROUNDS = 10
+BARRIER_ROUND_S = 1.0
+
+
+async def barrier_cost(
+    primary: str, standby: str, seconds: float = BARRIER_ROUND_S, rounds: int = BARRIER_ROUNDS
+) -> list[dict[str, Any]]:
+    """Reads a second and latency of ``on_replica`` reads with the listener barrier and without it
+    (interleaved rounds of ``seconds``), at each of :data:`BARRIER_CONCURRENCY` concurrent readers."""
+    settings = Settings(database_url=primary, home=tempfile.mkdtemp(prefix="catalog-bench-barrier-"))
+    primary_engine = create_engine(settings.async_database_url(), pool_size=20)
+    standby_engine = create_engine(Settings(database_url=standby).async_database_url(), pool_size=20)
+    catalog = Catalog(engine=primary_engine, settings=settings)
+    replicas = ReadReplicas(
+        primary_engine, [Replica("standby", Catalog(engine=standby_engine, settings=settings))], 0.0
+    )
+    catalog.read_replicas = replicas
+    listener = ChangeListener(listener_dsn(primary), EventHub())
+    listener.add_change_observer(replicas.changed)
+    barrier = ListenerBarrier(listener)
+    await barrier.start()
+    if not await listener.start(wait=10):
+        raise RuntimeError(f"the listener did not connect: {listener.status()}")
+    query = text("SELECT text FROM resources WHERE uri = :uri")
+
+    async def read(reader: Catalog) -> str:
+        async with reader.engine.connect() as conn:
+            return (await conn.execute(query, {"uri": URI})).scalar_one()
+
+    async def closed(clients: int) -> dict[str, float]:
+        latencies: list[float] = []
+        on_replica_before = standby_reads()
+        rounds_before = barrier.rounds
+        stop_at = time.perf_counter() + seconds
+
+        async def one() -> None:
+            while time.perf_counter() < stop_at:
+                started = time.perf_counter()
+                assert await on_replica(catalog, read, tenant_id=1) == TEXT
+                latencies.append((time.perf_counter() - started) * 1000)
+
+        began = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(clients)))
+        elapsed = time.perf_counter() - began
+        latencies.sort()
+        return {
+            "rps": len(latencies) / elapsed,
+            "median_ms": statistics.median(latencies),
+            "p99_ms": latencies[int(len(latencies) * 0.99)],
+            "reads": len(latencies),
+            "on_replica": standby_reads() - on_replica_before,
+            "barrier_rounds": barrier.rounds - rounds_before,
+        }
+
+    def standby_reads() -> float:
+        return metrics_module.READ_REPLICA_READS.labels("replica")._value.get()
+
+    async def waits() -> list[float]:
+        """The barrier alone, one wait after another (each its own round): what a read waits."""
+        took = []
+        for _ in range(BARRIER_WAITS):
+            started = time.perf_counter()
+            assert await barrier.wait()
+            took.append((time.perf_counter() - started) * 1000)
+        return sorted(took)
+
+    try:
+        for _ in range(20):  # warm both pools and the statement caches
+            await on_replica(catalog, read, tenant_id=1)
+        results = []
+        alone = [await waits() for _ in range(rounds)]
+        for clients in BARRIER_CONCURRENCY:
+            runs: dict[str, list[dict[str, float]]] = {"with": [], "without": []}
+            for _ in range(rounds):
+                replicas.barrier = barrier.wait
+                runs["with"].append(await closed(clients))
+                replicas.barrier = None
+                runs["without"].append(await closed(clients))
+            pairs = list(zip(runs["with"], runs["without"], strict=True))
+            results.append(
+                {
+                    "clients": clients,
+                    **{
+                        f"{key}_{case}": statistics.median(run[key] for run in runs[case])
+                        for key in ("rps", "median_ms", "p99_ms")
+                        for case in ("with", "without")
+                    },
+                    "rps_ratio": statistics.median(w["rps"] / o["rps"] for w, o in pairs),
+                    "added_median_ms": statistics.median(w["median_ms"] - o["median_ms"] for w, o in pairs),
+                    "reads_per_round": sum(r["reads"] for r in runs["with"])
+                    / max(1, sum(r["barrier_rounds"] for r in runs["with"])),
+                    "replica_share_with": sum(r["on_replica"] for r in runs["with"])
+                    / sum(r["reads"] for r in runs["with"]),
+                    "wait_median_ms": statistics.median(statistics.median(took) for took in alone),
+                    "wait_p99_ms": statistics.median(took[int(len(took) * 0.99)] for took in alone),
+                }
+            )
+        return results
+    finally:
+        replicas.barrier = None
+        await barrier.stop()
+        await listener.stop()
+        await replicas.dispose()
+        await primary_engine.dispose()
 
 
 @contextlib.asynccontextmanager
@@ -285,6 +413,8 @@ async def run(
                         summary = result.summary()
                         summary["server_cpu_ms_per_request"] = cpu * 1000 / max(1, summary["requests"])
                         samples[shape][name].append(summary)
+        # In process, once the servers are gone, on the same cluster.
+        barrier = await barrier_cost(pair.primary.url, pair.standby.url)
     result = summarise(
         samples, routing, standby_xacts, updates, seconds, rounds, concurrency, writes, resources
     )
@@ -294,7 +424,12 @@ async def run(
         cost = await routing_cost(rows)
         cost["share_of_serial_read"] = cost["added_us"] / (serial_read_ms * 1000)
         shared_table.append(cost)
-    return {**result, "synchronous_commit": synchronous_commit, "shared_positions": shared_table}
+    return {
+        **result,
+        "synchronous_commit": synchronous_commit,
+        "shared_positions": shared_table,
+        "listener_barrier": barrier,
+    }
 
 
 def summarise(
@@ -379,6 +514,18 @@ def report_routing(result: dict[str, Any]) -> None:
         )
 
 
+def report_barrier(result: dict[str, Any]) -> None:
+    for cost in result.get("listener_barrier", []):
+        print(
+            f"  listener barrier, {cost['clients']:2d} readers: {cost['rps_with']:.0f} vs {cost['rps_without']:.0f}"
+            f" reads/s without ({cost['rps_ratio']:.2f}x), median {cost['median_ms_with']:.2f} vs"
+            f" {cost['median_ms_without']:.2f} ms ({cost['added_median_ms']:+.2f} ms), p99 {cost['p99_ms_with']:.2f}"
+            f" vs {cost['p99_ms_without']:.2f} ms, {cost['reads_per_round']:.1f} reads a NOTIFY round,"
+            f" on the standby {cost['replica_share_with']:.0%}; a barrier wait alone: median"
+            f" {cost['wait_median_ms']:.3f} ms, p99 {cost['wait_p99_ms']:.3f} ms"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=3)
@@ -404,6 +551,7 @@ def main() -> None:
     )
     report(result)
     report_routing(result)
+    report_barrier(result)
 
 
 if __name__ == "__main__":

@@ -606,7 +606,61 @@ def _replica_part(replica: dict[str, Any] | None) -> list[str]:
             )
         )
         parts += _shared_positions_lines(result.get("shared_positions"))
+        parts += _barrier_lines(result.get("listener_barrier"))
     return parts
+
+
+def _barrier_lines(costs: list[dict[str, Any]] | None) -> list[str]:
+    """What the listener barrier adds to a replica read (same run, in process, same cluster)."""
+    if not costs:
+        return []
+    lines = [
+        "",
+        "The listener barrier, per read (`on_replica` reads of one resource on the standby, in process,"
+        " same run and cluster; with the barrier against the same reads without it, interleaved):",
+        "",
+    ]
+    rows = [
+        [
+            str(cost["clients"]),
+            f"{cost['rps_with']:.0f}",
+            f"{cost['rps_without']:.0f}",
+            _x(cost["rps_ratio"]),
+            f"{cost['median_ms_with']:.2f}",
+            f"{cost['median_ms_without']:.2f}",
+            f"{cost['added_median_ms']:+.2f}",
+            f"{cost['p99_ms_with']:.2f}",
+            f"{cost['p99_ms_without']:.2f}",
+            f"{cost['reads_per_round']:.1f}",
+            f"{cost['replica_share_with']:.0%}",
+        ]
+        for cost in costs
+    ]
+    alone = costs[0]
+    lines.append(
+        _table(
+            [
+                "readers",
+                "with reads/s",
+                "without reads/s",
+                "ratio",
+                "with median ms",
+                "without median ms",
+                "added ms",
+                "with p99 ms",
+                "without p99 ms",
+                "reads a NOTIFY round",
+                "on the standby (with)",
+            ],
+            rows,
+        )
+    )
+    lines += [
+        "",
+        f"A barrier wait alone (one round after another, same run): median {alone['wait_median_ms']:.3f} ms,"
+        f" p99 {alone['wait_p99_ms']:.3f} ms.",
+    ]
+    return lines
 
 
 def _shared_positions_lines(costs: list[dict[str, Any]] | None) -> list[str]:

@@ -1,6 +1,7 @@
 """A TCP proxy in front of PostgreSQL that can hold back the notifications one connection receives.
 
-For the read-replica tests of ``serve --workers 2``: each worker's LISTEN connection goes through
+For the read-replica tests of ``serve --workers 2`` and of two ``serve`` processes (two hosts), and
+the listener barrier's tests: each worker's LISTEN connection goes through
 the proxy (``CATALOG_LISTEN_DATABASE_URL``), and the test holds back the ``NotificationResponse``
 messages of one worker's connection, as a listener that has not processed a NOTIFY yet. Everything
 else passes: the listener's keepalive queries are answered, so it does not reconnect (a reconnection
@@ -85,6 +86,12 @@ class NotifyProxy:
             proxied.held.clear()
 
         self._call(release)
+
+    def client_ports(self) -> set[int]:
+        """The client ports of the connections open through the proxy now."""
+        return self._call(
+            lambda: {port for port, proxied in self.connections.items() if not proxied.writer.is_closing()}
+        )
 
     def held(self, client_port: int) -> int:
         """How many notifications are held for ``client_port``'s connection now."""

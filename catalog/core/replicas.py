@@ -13,7 +13,10 @@ and, when the read must not be older than a notification this process delivered 
 (:meth:`ReadReplicas.changed`), whose replay position is past that notification's WAL position.
 With ``serve --workers N`` the same holds for a notification any worker of the host delivered: each
 publishes its notified positions in a table they share (:mod:`catalog.core.replica_positions`) and
-reads all of theirs before it chooses.
+reads all of theirs before it chooses. Across hosts, a read may follow a notification another
+host delivered: before a replica is used, :attr:`ReadReplicas.barrier` (the listener barrier,
+:mod:`catalog.events.barrier`) makes sure this process's listener has received every notification
+committed before the read arrived, so the rule above covers it too.
 Otherwise, and when a replica refuses or fails (skipped for :data:`DOWN_FOR_S`, with a log line
 and ``catalog_read_replica_skips_total``), the read runs on the primary: nothing fails for it.
 
@@ -104,6 +107,10 @@ class ReadReplicas:
     # The positions every worker of this host notified (None: one process, or the table unusable).
     shared: SharedPositions | None = None
     _inherited: list[int] = field(default_factory=list)  # shared slots a dead predecessor left pending
+    # Proves this process's listener current before a replica is used (catalog.events.barrier; set
+    # by the events lifespan): True once every notification committed before the call has reached
+    # :meth:`changed`, False when that is not known in time. None: no listener, no barrier.
+    barrier: Callable[[], Awaitable[bool]] | None = None
 
     def __post_init__(self) -> None:
         if self.shared is not None:
@@ -192,13 +199,31 @@ class ReadReplicas:
         return None if shared is None else max(local, shared)
 
     async def choose(self, tenant_id: int | None) -> Replica | None:
-        """A replica to read ``tenant_id``'s rows on, or None for the primary."""
+        """A replica to read ``tenant_id``'s rows on, or None for the primary.
+
+        With a :attr:`barrier` (any read may follow a notification another host delivered), a
+        replica that fits is taken only once the barrier has proved this process's listener current
+        up to the read's arrival; the rule is then applied again with what that brought in."""
         self._refresh_soon()
-        now = time.monotonic()
         required = self.required_here(tenant_id)
         if required is None:
             metrics.READ_REPLICA_SKIPS.labels("behind").inc()
             return None
+        replica = await self._pick(required)
+        if replica is None or self.barrier is None:
+            return replica
+        if not await self.barrier():
+            metrics.READ_REPLICA_SKIPS.labels("barrier").inc()
+            return None
+        proven = self.required_here(tenant_id)
+        if proven is None:
+            metrics.READ_REPLICA_SKIPS.labels("behind").inc()
+            return None
+        return replica if proven <= required else await self._pick(proven)
+
+    async def _pick(self, required: int) -> Replica | None:
+        """The next replica in turn that is up, not lagging and has replayed ``required``."""
+        now = time.monotonic()
         count = len(self.replicas)
         start = next(self._turn)
         for offset in range(count):

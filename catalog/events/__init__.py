@@ -2,7 +2,8 @@
 
 ``events_lifespan`` is an app lifespan hook (``app.state.lifespan_hooks``): it creates the hub and
 the listener, sets ``catalog.event_hub``, ``catalog.event_listener``, ``catalog.credential_watch``
-(``catalog.events.credentials``) and the ``events`` readiness probe, and on exit closes every subscription and the LISTEN connection. It closes every
+(``catalog.events.credentials``), with read replicas the listener barrier
+(``catalog.events.barrier``), and the ``events`` readiness probe, and on exit closes every subscription and the LISTEN connection. It closes every
 subscription as soon as the app's shutdown signal (``stopping``) is set, which the server sets
 before it waits for open connections, so long-lived streams do not hold shutdown up.
 """
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from catalog.core.tokens import live_tokens
+from catalog.events.barrier import ListenerBarrier
 from catalog.events.credentials import CREDENTIALS_CHANNEL, CredentialHold, CredentialWatch
 from catalog.events.hub import ALL_TENANTS, ChangeEvent, CloseReason, EventHub, Subscription
 from catalog.events.listener import ChangeListener, listener_dsn
@@ -49,9 +51,14 @@ async def events_lifespan(catalog: Catalog, stopping: anyio.Event) -> AsyncGener
     catalog.readiness_probes["events"] = listener.status
     credentials = CredentialWatch(lambda token_ids: live_tokens(catalog, token_ids))
     catalog.credential_watch = credentials
-    if catalog.read_replicas is not None:
-        # No read a notification prompts is older than the change it told of (catalog.core.replicas).
-        listener.add_change_observer(catalog.read_replicas.changed)
+    replicas, barrier = catalog.read_replicas, None
+    if replicas is not None:
+        # No read a notification prompts is older than the change it told of (catalog.core.replicas),
+        # whichever host delivered the notification (catalog.events.barrier).
+        listener.add_change_observer(replicas.changed)
+        barrier = ListenerBarrier(listener)
+        await barrier.start()
+        replicas.barrier = barrier.wait
     await listener.add_channel(CREDENTIALS_CHANNEL, credentials.on_payload)
     listener.add_state_listener(lambda state: credentials.on_reconnected() if state.connected else None)
     if not await listener.start(wait=5.0):
@@ -70,4 +77,7 @@ async def events_lifespan(catalog: Catalog, stopping: anyio.Event) -> AsyncGener
                 tasks.cancel_scope.cancel()
     finally:
         hub.close_all()
+        if replicas is not None and barrier is not None:
+            replicas.barrier = None
+            await barrier.stop()
         await listener.stop()

@@ -193,6 +193,17 @@ class ChangeListener:
             async with self._lock:
                 await conn.add_listener(channel, self._on_channel)
 
+    async def notify(self, channel: str, payload: str) -> None:
+        """``pg_notify(channel, payload)`` on this connection (committed at once): delivered to every
+        listener of ``channel`` after every notification committed before it, this one included
+        (the listener barrier's echo, :mod:`catalog.events.barrier`). ConnectionError when not
+        listening."""
+        conn = self._conn
+        if conn is None or conn.is_closed() or not self.connected:
+            raise ConnectionError("the event listener is not connected")
+        async with self._lock:
+            await conn.execute("SELECT pg_notify($1, $2)", channel, payload, timeout=self.keepalive_timeout)
+
     @property
     def backend_pid(self) -> int | None:
         conn = self._conn

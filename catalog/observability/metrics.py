@@ -103,8 +103,14 @@ READ_REPLICA_READS = Counter(
 READ_REPLICA_SKIPS = Counter(
     "catalog_read_replica_skips",
     "Read replicas passed over for a read, by reason: down (refused or failed), lagging (beyond"
-    " CATALOG_READ_MAX_LAG_MS) or behind (not yet past the position a notification told of)",
+    " CATALOG_READ_MAX_LAG_MS), behind (not yet past the position a notification told of) or"
+    " barrier (the process's listener not proven current within the barrier's bound)",
     ["reason"],
+)
+READ_BARRIER_ROUNDS = Counter(
+    "catalog_read_barrier_rounds",
+    "Listener barrier rounds (a NOTIFY echoed to this process's listener) sent for reads on replicas;"
+    " every read that arrived before a round's NOTIFY shares it",
 )
 LISTENER_RECONNECTS = Counter("catalog_listener_reconnects", "Reconnections of the LISTEN connection")
 FEED_GAPS = Counter(

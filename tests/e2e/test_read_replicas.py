@@ -8,7 +8,9 @@ the primary's answers; a token revoked on the primary is refused at once while t
 notified of an update reads the new content (from the primary, the standby being behind) and reads
 return to the standby once it has caught up; with ``serve --workers 2``, a notification one worker
 delivered holds reads through the other worker, whose own listener has not received it (a proxy,
-``tests/notify_proxy.py``, holds it back), to the same rule; a stopped standby, or one of a list never up, costs no
+``tests/notify_proxy.py``, holds it back), to the same rule; with two ``serve`` processes (two
+hosts, nothing shared), a notification one delivered holds reads through the other, whose listener
+is held back, by that one's listener barrier; a stopped standby, or one of a list never up, costs no
 request; a standby lagging beyond ``CATALOG_READ_MAX_LAG_MS`` is skipped; a bad setting ends
 ``serve`` with one line naming it.
 """
@@ -121,8 +123,10 @@ def metric(served: Served, name: str, **labels: str) -> float:
     """One sample of ``/metrics`` (0 when not yet counted)."""
     text = httpx.get(f"{served.base_url}/metrics", timeout=10).text
     wanted = "".join(f'(?=[^}}]*{key}="{value}")' for key, value in labels.items())
+    braces = rf"\{{{wanted}[^}}]*\}}"
+    pattern = rf"^{name}(?:_total)?{braces if labels else f'(?:{braces})?'} (\S+)$"
     total = 0.0
-    for match in re.finditer(rf"^{name}(?:_total)?\{{{wanted}[^}}]*\}} (\S+)$", text, re.MULTILINE):
+    for match in re.finditer(pattern, text, re.MULTILINE):
         total += float(match.group(1))
     return total
 
@@ -526,3 +530,107 @@ async def _client_on(served: Served, worker: int, token: str, stack: contextlib.
         if worker_of(served, port) == worker:
             return mcp
     pytest.fail(f"no connection reached worker {worker} in 32 tries")
+
+
+# -- two hosts: the listener barrier holds the rule across separate `serve` processes -------------
+
+
+async def test_a_notification_another_host_delivered_holds_reads_through_this_host(
+    tokens: dict[str, str], replication: Replication, tmp_path: Path
+) -> None:
+    """Two ``catalog serve`` processes on one primary and standby, as two hosts (no table shared):
+    a stream on host A is told of an update while host B's LISTEN connection is held back from every
+    notification (a proxy) and the standby's replay is paused. A read through B then gets the new
+    content from the primary: B's listener barrier (a NOTIFY echoed to its own listener, held back
+    too) is not answered within its bound, so B does not trust its replica. Once B's listener is
+    released and the standby has caught up, B's reads pass the barrier and reach the standby again.
+
+    ``CATALOG_READ_MAX_LAG_MS=0`` on both: only the notification rule keeps B off the paused standby
+    (without the barrier, B would read the old text from it)."""
+    settings = Settings(database_url=replication.primary.url, home=tmp_path)
+    engine = create_engine(settings.async_database_url(), pool_size=1, max_overflow=0)
+    catalog = Catalog(engine=engine, settings=settings)
+    tenant = await find_tenant(catalog, "replicas")
+    assert tenant is not None
+    common = {
+        "CATALOG_DATABASE_URL": replication.primary.url,
+        "CATALOG_READ_DATABASE_URL": replication.standby.url,
+        "CATALOG_READ_MAX_LAG_MS": "0",
+        "CATALOG_ADMIN_TOKEN": ADMIN_TOKEN,
+        "CATALOG_SECRET_KEY": "replica-test-secret-key-0123456789",
+        "CATALOG_METRICS_ACCESS": "open",
+        "CATALOG_RATE_LIMIT_PER_MINUTE": "0",
+        "CATALOG_LOG_FORMAT": "text",
+    }
+    try:
+        with (
+            notify_proxy("127.0.0.1", replication.primary.port) as proxy,
+            serving(env=catalog_env(**common, CATALOG_HOME=str(tmp_path / "a"))) as server_a,
+            serving(
+                env=catalog_env(
+                    **common,
+                    CATALOG_HOME=str(tmp_path / "b"),
+                    CATALOG_LISTEN_DATABASE_URL=(
+                        f"postgresql://postgres@127.0.0.1:{proxy.port}/postgres?sslmode=disable"
+                    ),
+                )
+            ) as server_b,
+        ):
+            host_a, host_b = started(server_a), started(server_b)
+
+            async def b_listening() -> bool:
+                return len(proxy.client_ports()) == 1
+
+            await poll(b_listening, "host B's LISTEN connection through the proxy")
+            (b_listener,) = proxy.client_ports()
+            await poll(lambda: caught_up(replication), "the standby caught up")
+            async with (
+                client(host_a, tokens["reader"]) as listening,
+                listening.listen(resource_subscriptions=[WATCHED]) as stream,
+                client(host_b, tokens["reader"]) as reader,
+            ):
+
+                async def b_reads_on_replica() -> bool:
+                    before = metric(host_b, "catalog_read_replica_reads", target="replica")
+                    text_of(await reader.read_resource(WATCHED))
+                    return metric(host_b, "catalog_read_replica_reads", target="replica") > before
+
+                await poll(b_reads_on_replica, "host B's reads on the standby before the change")
+
+                told = "told by host A"
+                proxy.hold(b_listener)
+                async with replay_paused(replication):
+                    resource = {"uri": WATCHED, "name": "watched", "mimeType": "text/plain", "text": told}
+                    await upsert_resource(catalog, SYSTEM, tenant, ResourceIn.model_validate(resource))
+                    assert str((await _next_update(stream)).uri) == WATCHED  # delivered by A
+
+                    async def held_from_b() -> bool:
+                        return proxy.held(b_listener) >= 1
+
+                    await poll(held_from_b, "host B's notification held back")
+                    on_primary = metric(host_b, "catalog_read_replica_reads", target="primary")
+                    barrier = metric(host_b, "catalog_read_replica_skips", reason="barrier")
+                    assert text_of(await reader.read_resource(WATCHED)) == told
+                    assert metric(host_b, "catalog_read_replica_reads", target="primary") == on_primary + 1
+                    assert metric(host_b, "catalog_read_replica_skips", reason="barrier") == barrier + 1
+                    # B's listener was told of neither the change nor its own barrier's echo.
+                    assert proxy.held(b_listener) >= 2
+                    (standby,) = await fetch(
+                        replication.standby.url, "SELECT text FROM resources WHERE uri = $1", WATCHED
+                    )
+                    assert standby["text"] != told  # the standby was behind the change
+                    proxy.release(b_listener)
+                await poll(lambda: caught_up(replication), "the standby caught up after the pause")
+
+                async def b_reads_new_on_replica() -> bool:
+                    rounds = metric(host_b, "catalog_read_barrier_rounds")
+                    before = metric(host_b, "catalog_read_replica_reads", target="replica")
+                    assert text_of(await reader.read_resource(WATCHED)) == told
+                    return (
+                        metric(host_b, "catalog_read_replica_reads", target="replica") == before + 1
+                        and metric(host_b, "catalog_read_barrier_rounds") > rounds
+                    )
+
+                await poll(b_reads_new_on_replica, "host B's reads back on the standby, past its barrier")
+    finally:
+        await engine.dispose()
