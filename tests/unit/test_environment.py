@@ -6,7 +6,7 @@ Anything else it leaves to the model (None)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import pytest
 from hypothesis import example, given, settings
@@ -100,7 +100,9 @@ def test_a_url_the_quick_reader_cannot_vouch_for_is_left_to_the_model(url: str) 
 @given(
     timeout=st.none() | st.from_regex(r"0|[1-9][0-9]{0,8}", fullmatch=True),
     free=st.dictionaries(st.sampled_from(sorted(ANY_VALUE)), ENV_TEXT, max_size=4),
-    others=st.dictionaries(st.sampled_from(["TOKEN", "TEST_DATABASE_URL", "BENCH_MODE"]), ENV_TEXT, max_size=2),
+    others=st.dictionaries(
+        st.sampled_from(["TOKEN", "TEST_DATABASE_URL", "BENCH_MODE"]), ENV_TEXT, max_size=2
+    ),
 )
 def test_an_environment_the_quick_reader_vouches_for_is_read_alike_by_the_model(
     timeout: str | None, free: dict[str, str], others: dict[str, str]
@@ -125,7 +127,8 @@ def test_an_environment_the_quick_reader_vouches_for_is_read_alike_by_the_model(
         {},  # the embedded database: started and migrated by the full command
         {"CATALOG_DATABASE_URL": ""},
         {"CATALOG_DATABASE_URL": URL, "CATALOG_DATABASE_POOLER": "pgbouncer"},
-        {"CATALOG_DATABASE_URL": URL, "CATALOG_POOL_SIZE": "30"},  # valid, but not the quick reader's to judge
+        # A valid value, but not the quick reader's to judge.
+        {"CATALOG_DATABASE_URL": URL, "CATALOG_POOL_SIZE": "30"},
         {"CATALOG_DATABASE_URL": URL, "CATALOG_POOL_SIZE": "abc"},
         {"CATALOG_DATABASE_URL": URL, "CATALOG_STATEMENT_TIMEOUT_MS": " 5"},
         {"CATALOG_DATABASE_URL": URL, "CATALOG_STATEMENT_TIMEOUT_MS": "007"},
@@ -134,10 +137,12 @@ def test_an_environment_the_quick_reader_vouches_for_is_read_alike_by_the_model(
         {"CATALOG_DATABASE_URL": URL, "Catalog_Database_Url": "mysql://h/db"},
     ],
 )
-def test_an_environment_the_quick_reader_cannot_vouch_for_is_left_to_the_model(environ: dict[str, str]) -> None:
+def test_an_environment_the_quick_reader_cannot_vouch_for_is_left_to_the_model(
+    environ: dict[str, str],
+) -> None:
     assert quick_settings(environ) is None
 
 
 def test_the_model_still_names_a_bad_setting_the_quick_reader_left_to_it() -> None:
-    with pytest.raises(ConfigError, match="^CATALOG_POOL_SIZE: Input should be a valid integer"):
+    with pytest.raises(ConfigError, match=r"^CATALOG_POOL_SIZE: Input should be a valid integer"):
         model({"CATALOG_DATABASE_URL": URL, "CATALOG_POOL_SIZE": "abc"})
