@@ -8,12 +8,21 @@ warm PostgreSQL alone (start on that existing data directory); the ratios are pe
 PostgreSQL-alone baseline is what no catalog code can make faster; the difference is catalog's own
 (Python imports, migrations, the app's start-up, the LISTEN connection).
 
-    python -m bench.bench_start [--rounds 3]
+Commands (issue 27): ``python -m catalog`` as an operator runs it, each a fresh process, against a
+migrated database on ``CATALOG_BENCH_DATABASE_URL``'s server (else an embedded one) with
+``CATALOG_DATABASE_URL`` set: ``--help``, and ``token list`` of a tenant with three tokens (its quick
+path: no SQLAlchemy, no pydantic); beside it, the same ``token list`` through the full command (a
+setting the quick path leaves to the settings model, ``CATALOG_POOL_SIZE``, sends it there: what
+every run did before). Baseline: ``python -c pass``, the interpreter's own start. The commands run
+interleaved, round by round; medians.
+
+    python -m bench.bench_start [--rounds 3] [--command-rounds 15] [--commands-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import subprocess
 import sys
@@ -22,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import ADMIN_TOKEN, catalog_env, catalog_serve, write_result
+from bench.harness import ADMIN_TOKEN, bench_database, catalog_env, catalog_serve, write_result
 
 
 def serve_until_ready(home: Path) -> float:
@@ -71,6 +80,60 @@ def run(rounds: int) -> dict[str, Any]:
     }
 
 
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
+    """Seconds from starting ``argv`` to its exit, and its stdout (it must succeed)."""
+    started = time.perf_counter()
+    done = subprocess.run(argv, env=env, check=True, capture_output=True, text=True)
+    return time.perf_counter() - started, done.stdout
+
+
+def command_samples(url: str, rounds: int) -> dict[str, list[float]]:
+    """Each command's seconds per round, on the migrated database at ``url``."""
+    env = catalog_env(
+        CATALOG_DATABASE_URL=url, CATALOG_HOME=tempfile.mkdtemp(prefix="catalog-bench-commands-")
+    )
+    catalog = [sys.executable, "-m", "catalog"]
+    tokens = (["--scope", "public", "--name", "reader"], ["--admin"], ["--scope", "a", "--scope", "b"])
+    for argv in [["tenant", "create", "bench"]] + [
+        ["token", "create", "--tenant", "bench", *t] for t in tokens
+    ]:
+        subprocess.run(catalog + argv, env=env, check=True, capture_output=True)
+    listing = [*catalog, "token", "list", "--tenant", "bench"]
+    cases = {
+        "python_pass": ([sys.executable, "-c", "pass"], env),
+        "help": ([*catalog, "--help"], env),
+        "token_list": (listing, env),
+        "token_list_full_command": (listing, {**env, "CATALOG_POOL_SIZE": "2"}),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    printed: dict[str, set[str]] = {name: set() for name in cases}
+    for _ in range(rounds):
+        for name, (argv, case_env) in cases.items():
+            seconds, out = timed(argv, case_env)
+            samples[name].append(seconds)
+            printed[name].add(out)
+    # The two token listings did the same work: three rows, the same bytes.
+    assert printed["token_list"] == printed["token_list_full_command"]
+    assert [len(out.splitlines()) for out in printed["token_list"]] == [len(tokens)]
+    return samples
+
+
+def commands(rounds: int) -> dict[str, Any]:
+    async def measure() -> dict[str, list[float]]:
+        async with bench_database() as db:
+            return await asyncio.to_thread(command_samples, db.url, rounds)
+
+    samples = asyncio.run(measure())
+    median = {name: statistics.median(values) for name, values in samples.items()}
+    return {
+        "rounds": rounds,
+        "seconds": {name: {"median": median[name], "all": values} for name, values in samples.items()},
+        "over_python_s": {
+            name: median[name] - median["python_pass"] for name in samples if name != "python_pass"
+        },
+    }
+
+
 def report(result: dict[str, Any]) -> None:
     s = result["seconds"]
     print(
@@ -80,14 +143,30 @@ def report(result: dict[str, Any]) -> None:
     )
 
 
+def report_commands(result: dict[str, Any]) -> None:
+    s = result["seconds"]
+    print(
+        f"  python -c pass {s['python_pass']['median']:.3f}s; catalog --help {s['help']['median']:.3f}s;"
+        f" token list {s['token_list']['median']:.3f}s (full command {s['token_list_full_command']['median']:.3f}s)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--command-rounds", type=int, default=15)
+    parser.add_argument("--commands-only", action="store_true", help="the commands, not serve's start")
     args = parser.parse_args()
-    result = run(args.rounds)
-    path = write_result("start", result)
-    print(f"start-up, {args.rounds} rounds -> {path}")
-    report(result)
+    started = commands(args.command_rounds)
+    if args.commands_only:
+        path = write_result("start", started, section="commands")
+    else:
+        result = run(args.rounds)
+        path = write_result("start", {**result, "commands": started})
+        print(f"start-up, {args.rounds} rounds -> {path}")
+        report(result)
+    print(f"command start, {args.command_rounds} rounds -> {path}")
+    report_commands(started)
 
 
 if __name__ == "__main__":

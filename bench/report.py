@@ -449,6 +449,25 @@ def generated(results: dict[str, Any]) -> str:
                 ],
             )
         )
+    commands = (start or {}).get("commands")
+    if commands:
+        s = commands["seconds"]
+        parts += ["", f"### Command start ({commands['rounds']} rounds, median seconds, a process each)", ""]
+        shown = [
+            ("`python -c pass` (the interpreter alone)", "python_pass"),
+            ("`catalog --help`", "help"),
+            ("`catalog token list` (configured database)", "token_list"),
+            ("`catalog token list` through the full command", "token_list_full_command"),
+        ]
+        parts.append(
+            _table(
+                ["", "seconds", "over `python -c pass`"],
+                [
+                    [label, f"{s[key]['median']:.3f}", f"{commands['over_python_s'].get(key, 0.0):.3f}"]
+                    for label, key in shown
+                ],
+            )
+        )
     fanout = results.get("fanout")
     if fanout and fanout.get("hub"):
         parts += ["", "### Fan-out at the hub (fanout.json `hub`, ms from the UPDATE)", ""]

@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from catalog.config_error import ConfigError as ConfigError  # its home before it moved out
 from catalog.config_error import first_line as first_line
+from catalog.environment import DEFAULT_STATEMENT_TIMEOUT_MS
 
 if TYPE_CHECKING:
     # SQLAlchemy is imported where a URL is read: `catalog --help` reads none.
@@ -66,7 +67,7 @@ class Settings(BaseSettings):
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(LOOPBACK_HOSTS))
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(LOOPBACK_ORIGINS))
     max_blob_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
-    statement_timeout_ms: int = Field(default=15_000, ge=0)
+    statement_timeout_ms: int = Field(default=DEFAULT_STATEMENT_TIMEOUT_MS, ge=0)
     # Requests per caller (its bearer credential, else its address) per minute, and the burst it
     # may spend at once; 0 turns the limit off. Each of `serve --workers N` allows 1/N of it.
     rate_limit_per_minute: float = Field(default=6000, ge=0)

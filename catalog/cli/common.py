@@ -57,6 +57,13 @@ def row(*fields: object) -> str:
     return "\t".join(value.replace("\t", " ").replace("\n", " ") for value in shown)
 
 
+def reader_gone() -> int:
+    """`catalog export ... | head`: the reader of stdout is gone. Nothing more is written (not even
+    the interpreter's flush at exit, which would complain on stderr); status 1."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_FAILED
+
+
 # -- running a command against the catalogue --------------------------------------------------------
 
 
@@ -79,9 +86,8 @@ def command(body: Body) -> Run:
                 shown = details and isinstance(exc, InvalidInput)
                 err(f"catalog: {exc.detail}" + (f" ({details})" if shown else ""))
                 return EXIT_FAILED
-            except BrokenPipeError:  # `catalog export ... | head`: the reader is gone
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-                return EXIT_FAILED
+            except BrokenPipeError:
+                return reader_gone()
             except (SQLAlchemyError, ConnectionError) as exc:
                 orig = getattr(exc, "orig", None) or exc
                 raise ConfigError(f"database error: {first_line(orig)}") from None

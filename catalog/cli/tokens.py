@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from catalog.cli.common import Commands, command, err, iso, row, usage
+from catalog.cli.common import Commands, command, err, iso, reader_gone, row, usage
 from catalog.config_error import ConfigError
 
 if TYPE_CHECKING:
     from catalog.core.catalog import Catalog
-    from catalog.core.schemas.tokens import TokenOut
 
 
 def add_commands(commands: Commands) -> None:
@@ -41,7 +43,7 @@ def add_commands(commands: Commands) -> None:
         " (comma-separated), admin (yes|no), expires, created, name -- tab-separated",
     )
     listing.add_argument("--tenant", required=True, metavar="SLUG")
-    listing.set_defaults(run=command(_list))
+    listing.set_defaults(run=_quick_list)
 
     revoke = actions.add_parser("revoke", help="revoke a token: refused from the next request on")
     revoke.add_argument("--tenant", required=True, metavar="SLUG")
@@ -88,12 +90,61 @@ async def _create(catalog: Catalog, args: argparse.Namespace) -> int:
     return 0
 
 
-def state(token: TokenOut, now: datetime) -> str:
-    if token.revoked_at is not None:
+def state(revoked_at: datetime | None, expires_at: datetime | None, now: datetime) -> str:
+    if revoked_at is not None:
         return "revoked"
-    if token.expires_at is not None and token.expires_at <= now:
+    if expires_at is not None and expires_at <= now:
         return "expired"
     return "live"
+
+
+def token_row(
+    token_id: int,
+    scopes: Sequence[str],
+    admin: bool,
+    expires_at: datetime | None,
+    revoked_at: datetime | None,
+    created_at: datetime,
+    name: str | None,
+    now: datetime,
+) -> str:
+    """One line of `token list`: id, state, scopes, admin, expires, created, name."""
+    return row(
+        token_id,
+        state(revoked_at, expires_at, now),
+        ",".join(scopes),
+        "yes" if admin else "no",
+        iso(expires_at),
+        iso(created_at),
+        name,
+    )
+
+
+def _quick_list(args: argparse.Namespace) -> int:
+    """`token list` on one bare connection when the environment allows (``quick_settings``): a
+    command that starts without importing SQLAlchemy or pydantic. Whatever that path cannot
+    answer (the embedded database, settings it cannot vouch for, an unknown tenant, any failure)
+    the full command answers, with its own errors and start-up."""
+    from catalog.environment import quick_settings
+
+    settings = quick_settings(os.environ)
+    if settings is not None:
+        from catalog.core.direct.token_list import tenant_tokens
+
+        connect_args = settings.database.connect_args()
+        tokens = asyncio.run(tenant_tokens(connect_args, settings.statement_timeout_ms, args.tenant))
+        if tokens is not None:
+            now = datetime.now(UTC)
+            lines = [
+                token_row(t.id, t.scopes, t.is_admin, t.expires_at, t.revoked_at, t.created_at, t.name, now)
+                for t in tokens
+            ]
+            try:
+                print(*lines, sep="\n", end="\n" if lines else "", flush=True)
+            except BrokenPipeError:
+                return reader_gone()
+            return 0
+    return command(_list)(args)
 
 
 async def _list(catalog: Catalog, args: argparse.Namespace) -> int:
@@ -102,19 +153,8 @@ async def _list(catalog: Catalog, args: argparse.Namespace) -> int:
 
     tenant = await get_tenant(catalog, args.tenant)
     now = datetime.now(UTC)
-    for token in await list_tokens(catalog, tenant):
-        admin = "yes" if token.admin else "no"
-        print(
-            row(
-                token.id,
-                state(token, now),
-                ",".join(token.scopes),
-                admin,
-                iso(token.expires_at),
-                iso(token.created_at),
-                token.name,
-            )
-        )
+    for t in await list_tokens(catalog, tenant):
+        print(token_row(t.id, t.scopes, t.admin, t.expires_at, t.revoked_at, t.created_at, t.name, now))
     return 0
 
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from datetime import datetime
 
 from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import IntegrityError
@@ -12,6 +10,7 @@ from sqlalchemy.exc import IntegrityError
 from catalog.core.audit import AuditEntry, digest, record_platform_audit
 from catalog.core.catalog import Catalog
 from catalog.core.errors import Conflict, FieldError, InvalidInput, NotFound
+from catalog.core.plain_sql import TENANT_BY_SLUG, Tenant
 from catalog.core.principal import Principal
 from catalog.core.schemas.base import validated
 from catalog.core.schemas.tenants import TenantIn
@@ -23,14 +22,6 @@ from catalog.db.rows import from_row
 CATALOG = Principal.system("catalog")
 
 SLUG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-
-
-@dataclass(frozen=True)
-class Tenant:
-    id: int
-    slug: str
-    name: str
-    created_at: datetime
 
 
 def validate_slug(slug: str, pointer: str = "/slug") -> str:
@@ -95,7 +86,7 @@ async def find_tenant(catalog: Catalog, slug: str) -> Tenant | None:
     if not isinstance(slug, str) or not SLUG_PATTERN.fullmatch(slug):
         return None
     async with catalog.engine.connect() as conn:
-        row = (await conn.execute(select(tenants).where(tenants.c.slug == slug))).one_or_none()
+        row = (await conn.exec_driver_sql(TENANT_BY_SLUG, (slug,))).one_or_none()
     return from_row(Tenant, row) if row else None
 
 

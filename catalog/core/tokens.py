@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from sqlalchemy import func, insert, or_, select, update
@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from catalog.core.audit import AuditEntry, digest, record_audit
 from catalog.core.catalog import Catalog
 from catalog.core.errors import FieldError, InvalidInput, NotFound
+from catalog.core.plain_sql import TENANT_TOKENS, TokenRecord
 from catalog.core.principal import Principal, TokenName
 from catalog.core.schemas.tokens import TokenCreated, TokenIn, TokenOut
 from catalog.core.tenants import Tenant
@@ -26,18 +27,6 @@ from catalog.db.models import tokens
 from catalog.db.rows import from_row
 
 TOKEN_PREFIX = "cat_"
-
-
-@dataclass(frozen=True)
-class TokenRecord:
-    id: int
-    tenant_id: int
-    name: str | None
-    scopes: tuple[str, ...]
-    is_admin: bool
-    expires_at: datetime | None
-    revoked_at: datetime | None
-    created_at: datetime
 
 
 def generate_token() -> str:
@@ -118,9 +107,7 @@ async def token_names(
 
 
 async def list_token_records(conn: AsyncConnection, tenant_id: int) -> list[TokenRecord]:
-    rows = (
-        await conn.execute(select(tokens).where(tokens.c.tenant_id == tenant_id).order_by(tokens.c.id))
-    ).all()
+    rows = (await conn.exec_driver_sql(TENANT_TOKENS, (tenant_id,))).all()
     return [_record(row) for row in rows]
 
 

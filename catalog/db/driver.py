@@ -13,15 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
-from catalog.db.engine import (
-    _POOLER_SESSIONS,
-    TenantScope,
-    _pooled_connection,
-    _request_connection,
-    _scope_settings,
-    _session_settings,
-    _set_local,
-)
+from catalog.db.engine import _POOLER_SESSIONS, _pooled_connection, _request_connection
+from catalog.db.scope import TenantScope, scope_settings, session_settings, set_local
 
 
 def _driver_of(raw: PoolProxiedConnection) -> asyncpg.Connection:
@@ -129,7 +122,7 @@ def self_scoped_driver(engine: AsyncEngine) -> _DriverStatements:
     session = _POOLER_SESSIONS.get(engine.sync_engine)
     if session is None:
         return _DriverStatements(engine, None)
-    return _DriverStatements(engine, "BEGIN; " + _set_local(_session_settings(session), literal=True))
+    return _DriverStatements(engine, "BEGIN; " + set_local(session_settings(session), literal=True))
 
 
 def scoped_driver(engine: AsyncEngine, scope: TenantScope) -> _DriverStatements:
@@ -141,6 +134,6 @@ def scoped_driver(engine: AsyncEngine, scope: TenantScope) -> _DriverStatements:
     statements = ["BEGIN"]
     session = _POOLER_SESSIONS.get(engine.sync_engine)
     if session is not None:
-        statements.append(_set_local(_session_settings(session), literal=True))
-    statements.append(_set_local(_scope_settings(scope), literal=True))
+        statements.append(set_local(session_settings(session), literal=True))
+    statements.append(set_local(scope_settings(scope), literal=True))
     return _DriverStatements(engine, "; ".join(statements))

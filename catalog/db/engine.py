@@ -12,34 +12,28 @@ from typing import Any
 
 import asyncpg
 import orjson
-from sqlalchemy import event, text
+from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
+from catalog.db.scope import (
+    APP_ROLE_PROBE,
+    APPLICATION_NAME,
+    COMMAND_TIMEOUT_S,
+    CONNECT_TIMEOUT_S,
+    TenantScope,
+    app_role,
+    scope_settings,
+    session_settings,
+    set_local,
+)
 from catalog.observability.metrics import observe_pool
 
-APP_ROLE = "catalog_app"
 NOTIFY_CHANNEL = "catalog_changes"
 SESSIONS_CHANNEL = "catalog_sessions"  # between the processes serving 2025-11-25 sessions
-
-
-@dataclass(frozen=True)
-class TenantScope:
-    """Which tenant's rows a transaction may touch: one tenant, or (platform work) all of them."""
-
-    tenant_id: int | None = None
-    all_tenants: bool = False
-
-    @classmethod
-    def tenant(cls, tenant_id: int) -> TenantScope:
-        return cls(tenant_id=tenant_id)
-
-    @classmethod
-    def platform(cls) -> TenantScope:
-        return cls(all_tenants=True)
 
 
 def create_engine(
@@ -69,8 +63,8 @@ def create_engine(
     otherwise startup parameters of the session (which PgBouncer refuses), are set at the start of
     every transaction, transaction-locally (``_bind_session``).
     """
-    server_settings = {"application_name": "catalog"}
-    connect_args: dict[str, object] = {"command_timeout": 60, "timeout": CONNECT_TIMEOUT_S}
+    server_settings = {"application_name": APPLICATION_NAME}
+    connect_args: dict[str, object] = {"command_timeout": COMMAND_TIMEOUT_S, "timeout": CONNECT_TIMEOUT_S}
     if transaction_pooler:
         connect_args |= {"statement_cache_size": 0}
     else:
@@ -105,31 +99,6 @@ def loads_json(text: str | bytes) -> Any:
         return json.loads(text)
 
 
-def _session_settings(session: dict[str, str]) -> list[tuple[str, str]]:
-    """The settings a session would carry, as (name, value) pairs, for one transaction behind a
-    transaction pooler."""
-    settings = [("statement_timeout", session["statement_timeout"])]
-    if session["role"]:
-        settings.append(("role", session["role"]))
-    return settings
-
-
-def _scope_settings(scope: TenantScope) -> list[tuple[str, str]]:
-    """The settings row-level security reads for ``scope`` (migration 0001's policies)."""
-    tenant = "" if scope.tenant_id is None else str(int(scope.tenant_id))
-    return [("catalog.tenant_id", tenant), ("catalog.all_tenants", "on" if scope.all_tenants else "off")]
-
-
-def _set_local(settings: list[tuple[str, str]], *, literal: bool = False) -> str:
-    """One SELECT setting each of ``settings`` for the rest of the transaction: its values as
-    parameters ($1, $2, ...), or as literals for a simple-query message (which takes none)."""
-    values = (_quoted(value) if literal else f"${n}" for n, (_, value) in enumerate(settings, 1))
-    return "SELECT " + ", ".join(
-        f"set_config({_quoted(name)}, {value}, true)"
-        for (name, _), value in zip(settings, values, strict=True)
-    )
-
-
 # The session settings each transaction binds behind a transaction pooler, by engine.
 _POOLER_SESSIONS: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakKeyDictionary()
 
@@ -137,8 +106,8 @@ _POOLER_SESSIONS: weakref.WeakKeyDictionary[Any, dict[str, str]] = weakref.WeakK
 def _bind_session(conn: Connection, session: dict[str, str]) -> None:
     """What a session would carry, for one transaction behind a transaction pooler (one round trip
     more per transaction; the first statement of the transaction, so everything after obeys it)."""
-    settings = _session_settings(session)
-    conn.exec_driver_sql(_set_local(settings), tuple(value for _, value in settings))
+    settings = session_settings(session)
+    conn.exec_driver_sql(set_local(settings), tuple(value for _, value in settings))
 
 
 def _refuse_closed_connection(dbapi_connection: object, _record: object, _proxy: object) -> None:
@@ -153,9 +122,6 @@ def _refuse_closed_connection(dbapi_connection: object, _record: object, _proxy:
         raise sa_exc.DisconnectionError("the connection was closed by the server")
 
 
-# A request waits this long at most for a connection (a dead server refuses at once; a silent
-# network or an exhausted pool must not hold a request for the library defaults of 60 s / 30 s).
-CONNECT_TIMEOUT_S = 5.0
 POOL_TIMEOUT_S = 10.0
 
 # SQLSTATE classes that mean "the database cannot serve now", not "this request is wrong":
@@ -230,27 +196,14 @@ def database_unavailable(exc: BaseException) -> bool:
 
 
 async def probe_app_role(url: str | URL, *, transaction_pooler: bool = False) -> str | None:
-    """The role to run as so that row-level security binds even a superuser login.
-
-    Superusers bypass RLS, even forced; ordinary table owners do not (the tables FORCE it). So we
-    switch role only when logged in as a superuser and the migration could create the role.
-    """
+    """The role to run as so that row-level security binds even a superuser login (``APP_ROLE_PROBE``)."""
     engine = create_engine(url, pool_size=1, max_overflow=0, transaction_pooler=transaction_pooler)
     try:
         async with engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    text(
-                        "SELECT rolsuper, EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :role)"
-                        " FROM pg_roles WHERE rolname = current_user"
-                    ),
-                    {"role": APP_ROLE},
-                )
-            ).one()
+            probe = (await conn.exec_driver_sql(APP_ROLE_PROBE)).one()._mapping
     finally:
         await engine.dispose()
-    is_superuser, role_exists = row
-    return APP_ROLE if is_superuser and role_exists else None
+    return app_role(probe["is_superuser"], probe["role_exists"])
 
 
 @dataclass
@@ -344,10 +297,5 @@ async def transaction(engine: AsyncEngine, scope: TenantScope) -> AsyncIterator[
 
 
 async def bind_scope(conn: AsyncConnection, scope: TenantScope) -> None:
-    settings = _scope_settings(scope)
-    await conn.exec_driver_sql(_set_local(settings), tuple(value for _, value in settings))
-
-
-def _quoted(value: str) -> str:
-    """``value`` as an SQL string literal (``standard_conforming_strings``, on since PostgreSQL 9.1)."""
-    return "'" + value.replace("'", "''") + "'"
+    settings = scope_settings(scope)
+    await conn.exec_driver_sql(set_local(settings), tuple(value for _, value in settings))

@@ -26,7 +26,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from catalog.bootstrap import open_catalog
-from catalog.db.engine import APP_ROLE, TenantScope, database_unavailable, pool_exhausted, transaction
+from catalog.db.engine import database_unavailable, pool_exhausted, transaction
+from catalog.db.scope import APP_ROLE, TenantScope
 from catalog.settings import Settings
 from tests.conftest import free_port, through_pooler_env
 from tests.mcp_helpers import LEGACY, envelope, modern_headers, sse_messages

@@ -22,7 +22,8 @@ from catalog.core.principal import Principal
 from catalog.core.resources import upsert_resource
 from catalog.core.schemas.resources import ResourceIn
 from catalog.core.tenants import get_tenant
-from catalog.db.engine import APP_ROLE, create_engine
+from catalog.db.engine import create_engine
+from catalog.db.scope import APP_ROLE
 from catalog.demo import DEMO_TENANT, seed_demo
 from catalog.settings import Settings
 

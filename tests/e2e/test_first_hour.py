@@ -10,8 +10,10 @@ import pty
 import select
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 
@@ -20,6 +22,8 @@ from tests.conftest import free_port
 from tests.processes import catalog_env, run_catalog, serving, started, stop
 
 pytestmark = pytest.mark.process
+
+Sql = Callable[..., list[asyncpg.Record]]
 
 SECRET = "test-secret-key-0123456789abcdef"
 
@@ -174,14 +178,15 @@ def test_a_generated_admin_token_is_shown_once_on_a_terminal(database_url: str, 
 
 
 def test_help_and_token_list_import_no_server_machinery(database_url: str, tmp_path: Path) -> None:
-    """``catalog --help`` loads neither the settings' pydantic nor the database layer, and a command
-    on the database none of the web stack: what a command does not use is not imported."""
+    """``catalog --help`` loads neither the settings' pydantic nor the database layer, ``token list``
+    neither of them but the bare driver, and a command on the database none of the web stack: what
+    a command does not use is not imported."""
     env = env_for(database_url, tmp_path)
     assert run_catalog("tenant", "create", "acme", env=env).returncode == 0
     heavy = ("fastapi", "starlette", "mcp", "uvicorn", "alembic", "jwt", "httpx", "opentelemetry")
     for argv, also_absent in [
         (["--help"], ("pydantic", "pydantic_settings", "sqlalchemy", "asyncpg")),
-        (["token", "list", "--tenant", "acme"], ()),
+        (["token", "list", "--tenant", "acme"], ("pydantic", "pydantic_settings", "sqlalchemy")),
     ]:
         code = (
             "import sys, contextlib, io\n"
@@ -199,3 +204,81 @@ def test_help_and_token_list_import_no_server_machinery(database_url: str, tmp_p
         status, *loaded = shown.stdout.split()
         assert status == "0", shown.stderr
         assert sorted(set(loaded) & {*heavy, *also_absent}) == [], argv
+
+
+# What `catalog token list` must start without: its quick path reads the environment and the
+# database on the bare driver (catalog.environment, catalog.core.direct.token_list).
+HEAVY = ("sqlalchemy", "pydantic", "pydantic_settings", "alembic", "catalog.settings", "catalog.bootstrap")
+
+
+def with_imports(*argv: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """``catalog ARGV`` as a process, and every module it imported (``-X importtime``, whose lines
+    are taken out of the stderr returned)."""
+    shown = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "catalog", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = shown.stderr.splitlines(keepends=True)
+    imported = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+    shown.stderr = "".join(line for line in lines if not line.startswith("import time:"))
+    return shown, imported
+
+
+def test_token_list_prints_what_the_full_command_prints_without_importing_sqlalchemy_or_pydantic(
+    database_url: str, tmp_path: Path, sql: Sql
+) -> None:
+    env = env_for(database_url, tmp_path)
+    for slug in ("acme", "other"):
+        assert run_catalog("tenant", "create", slug, env=env).returncode == 0
+    minted = [
+        ["--scope", "read", "--scope", "write", "--name", "agent one"],
+        ["--admin", "--expires-in", "1", "--name", "tab\there"],
+        ["--scope", "read"],
+        [],
+    ]
+    for flags in minted:
+        assert run_catalog("token", "create", "--tenant", "acme", *flags, env=env).returncode == 0
+    assert run_catalog("token", "create", "--tenant", "other", "--admin", env=env).returncode == 0
+    ids = [row["id"] for row in sql("SELECT id FROM tokens ORDER BY id")]
+    assert run_catalog("token", "revoke", "--tenant", "acme", str(ids[0]), env=env).returncode == 0
+    sql("UPDATE tokens SET expires_at = now() - interval '1 hour' WHERE id = $1", ids[2])
+
+    quick, quick_imports = with_imports("token", "list", "--tenant", "acme", env=env)
+    # A setting the quick reader leaves to the settings model: the full command answers.
+    full, full_imports = with_imports(
+        "token", "list", "--tenant", "acme", env={**env, "CATALOG_POOL_SIZE": "2"}
+    )
+
+    assert (quick.returncode, quick.stderr) == (0, "") and (full.returncode, full.stderr) == (0, "")
+    assert quick.stdout == full.stdout
+    assert sorted(name for name in quick_imports if name.split(".")[0] in HEAVY or name in HEAVY) == []
+    assert "catalog.core.direct.token_list" in quick_imports
+    assert {"sqlalchemy", "pydantic", "catalog.bootstrap"} <= full_imports  # the other path indeed
+    rows = [line.split("\t") for line in quick.stdout.splitlines()]
+    assert [(row[0], row[1], row[2], row[3], row[6]) for row in rows] == [
+        (str(ids[0]), "revoked", "read,write", "no", "agent one"),
+        (str(ids[1]), "live", "", "yes", "tab here"),
+        (str(ids[2]), "expired", "read", "no", ""),
+        (str(ids[3]), "live", "", "no", ""),
+    ]
+    assert rows[0][4] == "" and rows[1][4].endswith("Z") and all(row[5].endswith("Z") for row in rows)
+
+
+def test_token_list_fails_with_the_full_commands_one_line_errors(database_url: str, tmp_path: Path) -> None:
+    env = env_for(database_url, tmp_path)
+    unknown, imported = with_imports("token", "list", "--tenant", "nope", env=env)
+    assert (unknown.returncode, unknown.stdout, unknown.stderr) == (1, "", "catalog: no tenant 'nope'\n")
+    assert "catalog.core.direct.token_list" in imported  # tried first, then the full command said it
+
+    closed = env_for(f"postgresql+asyncpg://postgres@127.0.0.1:{free_port('127.0.0.1')}/x", tmp_path)
+    unreachable = run_catalog("token", "list", "--tenant", "acme", env=closed)
+    assert (unreachable.returncode, unreachable.stdout) == (1, "")
+    assert unreachable.stderr.startswith("catalog: cannot reach the database at 127.0.0.1:")
+    assert len(unreachable.stderr.splitlines()) == 1
+
+    bad = run_catalog("token", "list", "--tenant", "acme", env={**env, "CATALOG_MCP_FAST_PATH": "maybe"})
+    assert (bad.returncode, bad.stdout) == (1, "")
+    assert bad.stderr == "catalog: CATALOG_MCP_FAST_PATH: Input should be 'on', 'off' or 'shadow'\n"

@@ -19,6 +19,8 @@ Modules (imported directly; nothing is re-exported here):
 - :mod:`.completion`: ``completion/complete`` scans (both paths run them on the driver; the fast
   path's first statement also authenticates).
 - :mod:`.tokens`: a bearer token's principal (``catalog_token_principal``), on every request.
+- :mod:`.token_list`: a tenant's tokens on one connection of its own, for ``catalog token list``
+  (no SQLAlchemy imported; the statements are :mod:`catalog.core.plain_sql`'s).
 
 The SQL functions keep their historical names (``catalog_plain_read``, ``catalog_plain_page``):
 renaming them takes a migration.
