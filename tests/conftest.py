@@ -36,8 +36,42 @@ from catalog.db.engine import create_engine
 from catalog.serving import CatalogServer
 from catalog.settings import Settings, get_settings
 from tests.admin_support import ADMIN, API, running
+from tests.clones import Clones
 
 pytest_plugins = ["pytester", "tests.failures"]
+
+
+def _share_default_tls_contexts() -> None:
+    """Every ``httpx``/``httpx2`` client made with the default ``verify=True`` builds a new TLS
+    context and loads the whole CA bundle into it (20-40 ms of CPU), though the tests only speak
+    plain HTTP to 127.0.0.1. The suite makes thousands of clients (each SDK client makes one): in the
+    leak oracle a third of the test's CPU went there. One context per process serves them all;
+    any other ``verify`` or a client certificate still gets a context of its own."""
+    import functools
+
+    import httpx._transports.default as httpx_transports
+    import httpx2._transports.default as httpx2_transports
+
+    for module in (httpx_transports, httpx2_transports):
+        build = module.create_ssl_context
+        shared = functools.cache(lambda trust_env, build=build: build(verify=True, trust_env=trust_env))
+
+        def create_ssl_context(
+            verify: Any = True,
+            cert: Any = None,
+            trust_env: bool = True,
+            *,
+            build: Any = build,
+            shared: Any = shared,
+        ) -> Any:
+            if verify is True and cert is None:
+                return shared(trust_env)
+            return build(verify=verify, cert=cert, trust_env=trust_env)
+
+        module.create_ssl_context = create_ssl_context  # type: ignore[assignment]
+
+
+_share_default_tls_contexts()
 
 
 # The MCP executor under test (``.ci/run`` runs the MCP tests with ``off`` and with ``shadow`` too);
@@ -182,15 +216,25 @@ def template_database(postgres_server: PostgresServer) -> Iterator[str]:
         asyncio.run(_admin(postgres_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
+@pytest.fixture(scope="session")
+def database_clones(postgres_server: PostgresServer, template_database: str) -> Iterator[Clones]:
+    """Clones of the template made ahead and dropped behind (tests/clones.py)."""
+    maintenance = make_url(postgres_server.url).database or "postgres"
+    clones = Clones(postgres_server.dsn_for(maintenance), template_database)
+    try:
+        yield clones
+    finally:
+        clones.close()
+
+
 @pytest.fixture
-async def database_url(postgres_server: PostgresServer, template_database: str) -> AsyncIterator[str]:
+async def database_url(postgres_server: PostgresServer, database_clones: Clones) -> AsyncIterator[str]:
     """A fresh, migrated database of this test's own."""
-    name = f"catalog_t_{uuid.uuid4().hex[:12]}"
-    await _admin(postgres_server, f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
+    name = await asyncio.to_thread(database_clones.take)
     try:
         yield postgres_server.url_for(name)
     finally:
-        await _admin(postgres_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        database_clones.give_back(name)
 
 
 @pytest.fixture
