@@ -269,3 +269,13 @@ async def test_the_grant_loader_returns_only_grants_the_callers_scope_may_read(
             assert tuple(await db.fetchrow(loaded, tenant, ["reader", "nothing"])) == expected, scope
     assert tuple(await db.fetchrow(loaded, tenant, [])) == (None, None, None)
     assert sorted((await db.fetchrow(loaded, tenant, ["reader", "writer"]))["tags"]) == ["t", "w"]
+
+
+async def test_snippets_read_as_much_of_a_text_as_the_full_text_match(db: asyncpg.Connection) -> None:
+    """A snippet is cut from the part of a text the match reads: the two limits are one number."""
+    from catalog.core.resources.search import SEARCHED_TEXT_CHARS
+
+    definition = await db.fetchval(
+        "SELECT pg_get_functiondef('catalog_resource_text_vector(text)'::regprocedure)"
+    )
+    assert f"left(body, {SEARCHED_TEXT_CHARS})" in definition, definition

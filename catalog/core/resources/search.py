@@ -97,6 +97,10 @@ _HEADLINE_OPTIONS = f'StartSel="{_START}", StopSel="{_STOP}", MaxWords=24, MinWo
 _WORDS = re.compile(r"\w+")
 # How much of a text a snippet is cut from (see _text_window).
 SNIPPET_WINDOW = 4000
+# How much of a text the full-text match reads: catalog_resource_text_vector's left(body, N) in
+# catalog/db/sql/functions.sql (an index expression: changed only by a migration that rebuilds the
+# index). tests/db/test_sql_definitions.py holds the two equal.
+SEARCHED_TEXT_CHARS = 262144
 _MARKED = re.compile(f"{_START}(.*?){_STOP}", re.DOTALL)
 # The fields a metadata match is looked for in, in the order a reader cares about.
 SnippetField = Literal["name", "title", "description", "uri", "text"]
@@ -154,7 +158,7 @@ def _text_window(query: str) -> ColumnElement[str]:
     the first occurrence of the query's first word in what the full-text match reads (the first
     256 KiB, as ``catalog_resource_text_vector``), so a page of long texts costs a page of windows,
     not of whole texts; the start of the text when the word is not found as written."""
-    searched = func.left(resources.c.text, 262144)
+    searched = func.left(resources.c.text, SEARCHED_TEXT_CHARS)
     words = _WORDS.findall(query.lower())
     if not words:
         return func.left(searched, SNIPPET_WINDOW)
