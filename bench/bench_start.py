@@ -11,10 +11,12 @@ PostgreSQL-alone baseline is what no catalog code can make faster; the differenc
 Commands (issue 27): ``python -m catalog`` as an operator runs it, each a fresh process, against a
 migrated database on ``CATALOG_BENCH_DATABASE_URL``'s server (else an embedded one) with
 ``CATALOG_DATABASE_URL`` set: ``--help``, and ``token list`` of a tenant with three tokens (its quick
-path: no SQLAlchemy, no pydantic); beside it, the same ``token list`` through the full command (a
-setting the quick path leaves to the settings model, ``CATALOG_POOL_SIZE``, sends it there: what
-every run did before). Baseline: ``python -c pass``, the interpreter's own start. The commands run
-interleaved, round by round; medians.
+path: no SQLAlchemy, no pydantic), also with settings a container sets; then ``token list`` with no
+database URL, on an embedded server already running under its home (``catalog serve`` in another
+terminal). Beside each, the same ``token list`` through the full command (a setting name the quick
+path leaves to the settings model, ``catalog_pool_size``, sends it there: what every run did
+before). Baseline: ``python -c pass``, the interpreter's own start. The commands run interleaved,
+round by round; medians.
 
     python -m bench.bench_start [--rounds 3] [--command-rounds 15] [--commands-only]
 """
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import ADMIN_TOKEN, bench_database, catalog_env, catalog_serve, write_result
+from catalog.db.embedded import EmbeddedPostgres
 
 
 def serve_until_ready(home: Path) -> float:
@@ -87,34 +90,68 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
     return time.perf_counter() - started, done.stdout
 
 
+TOKENS = (["--scope", "public", "--name", "reader"], ["--admin"], ["--scope", "a", "--scope", "b"])
+# Settings a container sets routinely: the quick path vouches for each.
+CONTAINER_SETTINGS = {
+    "CATALOG_LOG_FORMAT": "json",
+    "CATALOG_POOL_SIZE": "20",
+    "CATALOG_POOL_WAIT_SECONDS": "2.5",
+    "CATALOG_METRICS_ACCESS": "open",
+    "CATALOG_STATEMENT_TIMEOUT_MS": "30000",
+}
+# The quick path leaves a name in another case to the settings model (which reads it as
+# CATALOG_POOL_SIZE): the full command answers, as every run did before.
+FULL_COMMAND = {"catalog_pool_size": "2"}
+CATALOG = [sys.executable, "-m", "catalog"]
+LISTING = [*CATALOG, "token", "list", "--tenant", "bench"]
+
+
+def with_tokens(env: dict[str, str]) -> None:
+    """Tenant ``bench`` and its three tokens, made by the full commands."""
+    for argv in [["tenant", "create", "bench"]] + [
+        ["token", "create", "--tenant", "bench", *t] for t in TOKENS
+    ]:
+        subprocess.run(CATALOG + argv, env=env, check=True, capture_output=True)
+
+
 def command_samples(url: str, rounds: int) -> dict[str, list[float]]:
-    """Each command's seconds per round, on the migrated database at ``url``."""
+    """Each command's seconds per round: on the migrated database at ``url``, and on an embedded
+    server already running under a home of its own (as ``catalog serve`` leaves it for another
+    terminal: started here the way the CLI starts it, and migrated by the first command)."""
     env = catalog_env(
         CATALOG_DATABASE_URL=url, CATALOG_HOME=tempfile.mkdtemp(prefix="catalog-bench-commands-")
     )
-    catalog = [sys.executable, "-m", "catalog"]
-    tokens = (["--scope", "public", "--name", "reader"], ["--admin"], ["--scope", "a", "--scope", "b"])
-    for argv in [["tenant", "create", "bench"]] + [
-        ["token", "create", "--tenant", "bench", *t] for t in tokens
-    ]:
-        subprocess.run(catalog + argv, env=env, check=True, capture_output=True)
-    listing = [*catalog, "token", "list", "--tenant", "bench"]
-    cases = {
-        "python_pass": ([sys.executable, "-c", "pass"], env),
-        "help": ([*catalog, "--help"], env),
-        "token_list": (listing, env),
-        "token_list_full_command": (listing, {**env, "CATALOG_POOL_SIZE": "2"}),
-    }
-    samples: dict[str, list[float]] = {name: [] for name in cases}
-    printed: dict[str, set[str]] = {name: set() for name in cases}
-    for _ in range(rounds):
-        for name, (argv, case_env) in cases.items():
-            seconds, out = timed(argv, case_env)
-            samples[name].append(seconds)
-            printed[name].add(out)
-    # The two token listings did the same work: three rows, the same bytes.
-    assert printed["token_list"] == printed["token_list_full_command"]
-    assert [len(out.splitlines()) for out in printed["token_list"]] == [len(tokens)]
+    home = Path(tempfile.mkdtemp(prefix="catalog-bench-embedded-"))
+    embedded_env = catalog_env(CATALOG_HOME=str(home))
+    embedded = EmbeddedPostgres(home)
+    embedded.start()
+    try:
+        with_tokens(env)
+        with_tokens(embedded_env)
+        cases = {
+            "python_pass": ([sys.executable, "-c", "pass"], env),
+            "help": ([*CATALOG, "--help"], env),
+            "token_list": (LISTING, env),
+            "token_list_container_settings": (LISTING, {**env, **CONTAINER_SETTINGS}),
+            "token_list_full_command": (LISTING, {**env, **FULL_COMMAND}),
+            "token_list_embedded": (LISTING, embedded_env),
+            "token_list_embedded_full_command": (LISTING, {**embedded_env, **FULL_COMMAND}),
+        }
+        samples: dict[str, list[float]] = {name: [] for name in cases}
+        printed: dict[str, set[str]] = {name: set() for name in cases}
+        for _ in range(rounds):
+            for name, (argv, case_env) in cases.items():
+                seconds, out = timed(argv, case_env)
+                samples[name].append(seconds)
+                printed[name].add(out)
+    finally:
+        embedded.release()
+    # The listings on one database did the same work: three rows, the same bytes.
+    external = ("token_list", "token_list_container_settings", "token_list_full_command")
+    assert len({frozenset(printed[name]) for name in external}) == 1
+    assert printed["token_list_embedded"] == printed["token_list_embedded_full_command"]
+    for name in ("token_list", "token_list_embedded"):
+        assert [len(out.splitlines()) for out in printed[name]] == [len(TOKENS)]
     return samples
 
 
@@ -147,7 +184,10 @@ def report_commands(result: dict[str, Any]) -> None:
     s = result["seconds"]
     print(
         f"  python -c pass {s['python_pass']['median']:.3f}s; catalog --help {s['help']['median']:.3f}s;"
-        f" token list {s['token_list']['median']:.3f}s (full command {s['token_list_full_command']['median']:.3f}s)"
+        f" token list {s['token_list']['median']:.3f}s (container settings"
+        f" {s['token_list_container_settings']['median']:.3f}s, full command {s['token_list_full_command']['median']:.3f}s);"
+        f" embedded {s['token_list_embedded']['median']:.3f}s (full command"
+        f" {s['token_list_embedded_full_command']['median']:.3f}s)"
     )
 
 

@@ -12,13 +12,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
-import platformdirs
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from catalog.config_error import ConfigError as ConfigError  # its home before it moved out
 from catalog.config_error import first_line as first_line
-from catalog.environment import DEFAULT_STATEMENT_TIMEOUT_MS
+from catalog.environment import DEFAULT_STATEMENT_TIMEOUT_MS, MAX_PAGE_SIZE, MAX_TTL_MS, default_home
 
 if TYPE_CHECKING:
     # SQLAlchemy is imported where a URL is read: `catalog --help` reads none.
@@ -27,9 +26,7 @@ if TYPE_CHECKING:
 DEFAULT_READ_TTL_MS = 10_000
 DEFAULT_LIST_TTL_MS = 10_000
 DEFAULT_TEMPLATES_TTL_MS = 60_000
-MAX_TTL_MS = 2**31 - 1  # a day is 86,400,000: the bound only keeps the value an int32 in every client
 DEFAULT_PAGE_SIZE = 100
-MAX_PAGE_SIZE = 1000
 
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
 LOOPBACK_ORIGINS = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
@@ -60,7 +57,7 @@ class Settings(BaseSettings):
     # answered 503 with Retry-After (the pool exhausted), instead of queueing until it times out.
     pool_size: int = Field(default=30, ge=1, le=1000)
     pool_wait_seconds: float = Field(default=10.0, gt=0, le=300)
-    home: Path = Field(default_factory=lambda: Path(platformdirs.user_data_dir("catalog")))
+    home: Path = Field(default_factory=default_home)
     admin_token: SecretStr | None = None
     secret_key: SecretStr | None = None
     public_tenant: str | None = None

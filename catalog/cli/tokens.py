@@ -123,16 +123,21 @@ def token_row(
 def _quick_list(args: argparse.Namespace) -> int:
     """`token list` on one bare connection when the environment allows (``quick_settings``): a
     command that starts without importing SQLAlchemy or pydantic. Whatever that path cannot
-    answer (the embedded database, settings it cannot vouch for, an unknown tenant, any failure)
-    the full command answers, with its own errors and start-up."""
+    answer (an embedded database not running, settings it cannot vouch for, an unknown tenant,
+    any failure) the full command answers, with its own errors and start-up."""
     from catalog.environment import quick_settings
 
     settings = quick_settings(os.environ)
     if settings is not None:
-        from catalog.core.direct.token_list import tenant_tokens
+        from catalog.core.direct.token_list import embedded_tenant_tokens, tenant_tokens
 
-        connect_args = settings.database.connect_args()
-        tokens = asyncio.run(tenant_tokens(connect_args, settings.statement_timeout_ms, args.tenant))
+        timeout = settings.statement_timeout_ms
+        if settings.database is not None:
+            read = tenant_tokens(settings.database.connect_args(), timeout, args.tenant)
+        else:
+            assert settings.home is not None
+            read = embedded_tenant_tokens(settings.home, timeout, args.tenant)
+        tokens = asyncio.run(read)
         if tokens is not None:
             now = datetime.now(UTC)
             lines = [

@@ -17,26 +17,24 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import glob
-import hashlib
 import importlib.util
 import json
 import os
 import pwd
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
-from catalog.settings import ConfigError
+from catalog.config_error import ConfigError
+from catalog.db import embedded_address as address
+from catalog.db.embedded_address import DATABASE as DATABASE
+from catalog.db.embedded_address import SOCKET_NAME as _SOCKET_NAME
 
 SYSTEM_USER = "catalog-postgres"
-DATABASE = "catalog"
-_SOCKET_NAME = ".s.PGSQL.5432"
-_MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux; keep a margin
 
 
 def binaries_dir() -> Path:
@@ -57,15 +55,11 @@ class EmbeddedPostgres:
 
     @property
     def pgdata(self) -> Path:
-        return self.home / "pgdata"
+        return address.pgdata(self.home)
 
     @property
     def socket_dir(self) -> Path:
-        preferred = self.home / "run"
-        if len(str(preferred / _SOCKET_NAME)) <= _MAX_SOCKET_PATH:
-            return preferred
-        digest = hashlib.sha256(str(self.home.resolve()).encode()).hexdigest()[:12]
-        return Path(tempfile.gettempdir()) / f"catalog-pg-{digest}"
+        return address.socket_dir(self.home)
 
     @property
     def _lock_path(self) -> Path:
@@ -76,11 +70,11 @@ class EmbeddedPostgres:
         return self.home / "postgres.holders"
 
     def url(self, database: str = DATABASE) -> str:
-        return f"postgresql+asyncpg://postgres@/{database}?host={self.socket_dir}"
+        return address.url(self.home, database)
 
     def dsn(self, database: str = DATABASE) -> str:
         """A libpq/asyncpg DSN (no SQLAlchemy driver name)."""
-        return f"postgresql://postgres@/{database}?host={self.socket_dir}"
+        return address.dsn(self.home, database)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -223,7 +217,7 @@ class EmbeddedPostgres:
             "-D",
             str(self.pgdata),
             "-U",
-            "postgres",
+            address.USER,
             "--auth=trust",
             "--encoding=UTF8",
             "--locale=C.UTF-8",
@@ -279,7 +273,7 @@ class EmbeddedPostgres:
             "-h",
             str(self.socket_dir),
             "-U",
-            "postgres",
+            address.USER,
             "-d",
             "postgres",
             "-XAtq",

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from catalog.bootstrap import schema_head
 from catalog.core.catalog import Catalog
 from catalog.core.direct import token_list
 from catalog.core.plain_sql import Tenant, TokenRecord
@@ -83,3 +84,15 @@ async def test_what_the_bare_driver_read_cannot_answer_is_none(catalog: Catalog,
     assert await token_list.tenant_tokens(connect_args(database_url), 15_000, "nope") is None
     closed = {**connect_args(database_url), "host": "127.0.0.1", "port": free_port("127.0.0.1")}
     assert await token_list.tenant_tokens(closed, 15_000, "acme") is None
+
+
+async def test_a_read_bound_to_a_revision_answers_only_at_that_revision(
+    catalog: Catalog, database_url: str
+) -> None:
+    await two_tenants(catalog)
+    at_head = await token_list.tenant_tokens(
+        connect_args(database_url), 15_000, "acme", at_revision=schema_head()
+    )
+    elsewhere = await token_list.tenant_tokens(connect_args(database_url), 15_000, "acme", at_revision="0001")
+    assert at_head is not None and len(at_head) == 3
+    assert elsewhere is None  # the full command would migrate first

@@ -211,6 +211,21 @@ def test_help_and_token_list_import_no_server_machinery(database_url: str, tmp_p
 HEAVY = ("sqlalchemy", "pydantic", "pydantic_settings", "alembic", "catalog.settings", "catalog.bootstrap")
 
 
+# Settings a container sets routinely, each a value the quick reader vouches for.
+CONTAINER_SETTINGS = {
+    "CATALOG_LOG_FORMAT": "json",
+    "CATALOG_POOL_SIZE": "20",
+    "CATALOG_POOL_WAIT_SECONDS": "2.5",
+    "CATALOG_MCP_FAST_PATH": "on",
+    "CATALOG_METRICS_ACCESS": "open",
+    "CATALOG_DATABASE_POOLER": "none",
+    "CATALOG_STATEMENT_TIMEOUT_MS": "30000",
+}
+# A name in another case, which the model reads as CATALOG_POOL_SIZE and the quick reader leaves to
+# it: the full command answers.
+TO_THE_MODEL = {"catalog_pool_size": "2"}
+
+
 def with_imports(*argv: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     """``catalog ARGV`` as a process, and every module it imported (``-X importtime``, whose lines
     are taken out of the stderr returned)."""
@@ -246,11 +261,10 @@ def test_token_list_prints_what_the_full_command_prints_without_importing_sqlalc
     assert run_catalog("token", "revoke", "--tenant", "acme", str(ids[0]), env=env).returncode == 0
     sql("UPDATE tokens SET expires_at = now() - interval '1 hour' WHERE id = $1", ids[2])
 
-    quick, quick_imports = with_imports("token", "list", "--tenant", "acme", env=env)
-    # A setting the quick reader leaves to the settings model: the full command answers.
-    full, full_imports = with_imports(
-        "token", "list", "--tenant", "acme", env={**env, "CATALOG_POOL_SIZE": "2"}
+    quick, quick_imports = with_imports(
+        "token", "list", "--tenant", "acme", env={**env, **CONTAINER_SETTINGS}
     )
+    full, full_imports = with_imports("token", "list", "--tenant", "acme", env={**env, **TO_THE_MODEL})
 
     assert (quick.returncode, quick.stderr) == (0, "") and (full.returncode, full.stderr) == (0, "")
     assert quick.stdout == full.stdout
@@ -282,3 +296,45 @@ def test_token_list_fails_with_the_full_commands_one_line_errors(database_url: s
     bad = run_catalog("token", "list", "--tenant", "acme", env={**env, "CATALOG_MCP_FAST_PATH": "maybe"})
     assert (bad.returncode, bad.stdout) == (1, "")
     assert bad.stderr == "catalog: CATALOG_MCP_FAST_PATH: Input should be 'on', 'off' or 'shadow'\n"
+
+    # A number the quick reader reads, out of the model's bounds: the model's words, not a listing.
+    low = run_catalog("token", "list", "--tenant", "acme", env={**env, "CATALOG_POOL_SIZE": "0"})
+    assert (low.returncode, low.stdout) == (1, "")
+    assert low.stderr == "catalog: CATALOG_POOL_SIZE: Input should be greater than or equal to 1\n"
+
+
+def test_token_list_attaches_to_a_running_embedded_server_and_prints_what_the_full_command_prints(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    env = catalog_env(CATALOG_HOME=str(home), CATALOG_SECRET_KEY=SECRET)
+    with serving(env=env) as served:
+        started(served)
+        assert run_catalog("tenant", "create", "acme", env=env).returncode == 0
+        for flags in (["--scope", "read", "--name", "agent one"], ["--admin", "--expires-in", "1"]):
+            assert run_catalog("token", "create", "--tenant", "acme", *flags, env=env).returncode == 0
+
+        quick, quick_imports = with_imports(
+            "token", "list", "--tenant", "acme", env={**env, **CONTAINER_SETTINGS}
+        )
+        full, full_imports = with_imports("token", "list", "--tenant", "acme", env={**env, **TO_THE_MODEL})
+        unknown, unknown_imports = with_imports("token", "list", "--tenant", "nope", env=env)
+
+        assert (quick.returncode, quick.stderr) == (0, "") and (full.returncode, full.stderr) == (0, "")
+        assert quick.stdout == full.stdout
+        assert [line.split("\t")[1:4] for line in quick.stdout.splitlines()] == [
+            ["live", "read", "no"],
+            ["live", "", "yes"],
+        ]
+        assert sorted(name for name in quick_imports if name.split(".")[0] in HEAVY or name in HEAVY) == []
+        assert {"sqlalchemy", "pydantic", "catalog.bootstrap"} <= full_imports
+        # Tried on the running server, then said by the full command, which joined it.
+        assert (unknown.returncode, unknown.stdout, unknown.stderr) == (1, "", "catalog: no tenant 'nope'\n")
+        assert {"catalog.core.direct.token_list", "sqlalchemy"} <= unknown_imports
+        assert stop(served) == 0, "".join(served.output)
+
+    # Nothing running: the full command starts the server, answers the same, and stops it again.
+    alone, alone_imports = with_imports("token", "list", "--tenant", "acme", env=env)
+    assert (alone.returncode, alone.stdout) == (0, quick.stdout)
+    assert "sqlalchemy" in alone_imports
+    assert not (home / "pgdata" / "postmaster.pid").exists()

@@ -6,16 +6,23 @@ role when the login is a superuser (``APP_ROLE_PROBE``) and a transaction bound 
 row-level security reads exactly the rows it reads for the admin API. Whatever this cannot answer
 (an unknown tenant, a failure of any kind) is None, and the command runs the full stack, which
 answers it and names the failure as it always has.
+
+The embedded database is read only when a server is already running on it (``catalog serve`` in
+another terminal) and its schema is at the scripts' head: the full command would start it, or
+migrate it first.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 
 from catalog.core.plain_sql import TENANT_BY_SLUG, TENANT_TOKENS, TokenRecord
+from catalog.db import embedded_address
 from catalog.db.rows import from_rows
+from catalog.db.schema_head import REVISIONS, linear_head, scripts_location
 from catalog.db.scope import (
     APP_ROLE_PROBE,
     APPLICATION_NAME,
@@ -28,10 +35,30 @@ from catalog.db.scope import (
 )
 
 
-async def tenant_tokens(
-    connect_args: dict[str, str | int], statement_timeout_ms: int, slug: str
+async def embedded_tenant_tokens(
+    home: Path, statement_timeout_ms: int, slug: str
 ) -> list[TokenRecord] | None:
-    """The tokens of tenant ``slug``, oldest first; None when it finds no such tenant or fails."""
+    """:func:`tenant_tokens` on the embedded server under ``home``; None unless it is running and at
+    head (the revision alembic would find by the scripts' straight line)."""
+    if not embedded_address.serving(home):
+        return None
+    head = linear_head(scripts_location() / "versions")
+    if head is None:
+        return None
+    return await tenant_tokens(
+        embedded_address.connect_args(home), statement_timeout_ms, slug, at_revision=head
+    )
+
+
+async def tenant_tokens(
+    connect_args: dict[str, str | int],
+    statement_timeout_ms: int,
+    slug: str,
+    *,
+    at_revision: str | None = None,
+) -> list[TokenRecord] | None:
+    """The tokens of tenant ``slug``, oldest first; None when it finds no such tenant or fails, or,
+    with ``at_revision``, when the schema is at another revision."""
     options: dict[str, Any] = {
         **connect_args,  # host, port, user, password, database
         "server_settings": {
@@ -46,6 +73,8 @@ async def tenant_tokens(
     except Exception:  # the full stack reports it (``cannot reach the database at ...``)
         return None
     try:
+        if at_revision is not None and [row[0] for row in await driver.fetch(REVISIONS)] != [at_revision]:
+            return None
         return await _read(driver, slug)
     except Exception:  # likewise: a schema not migrated, a statement timeout, ...
         return None
