@@ -96,6 +96,9 @@ resources = Table(
     _timestamp("created_at"),
     _timestamp("updated_at"),
     _timestamp("content_changed_at"),
+    # The fingerprint of the JSONL line whose import last wrote the row (NULL once another write
+    # changed it): a re-import skips that line unparsed (0020, catalog.core.resources.bulk).
+    Column("import_line_sha256", LargeBinary, nullable=True),
     PrimaryKeyConstraint("tenant_id", "id"),
     UniqueConstraint("tenant_id", "uri"),
     ForeignKeyConstraint(["tenant_id"], ["tenants.id"], ondelete="CASCADE"),

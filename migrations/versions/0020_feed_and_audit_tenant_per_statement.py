@@ -1,4 +1,4 @@
-"""The audit trail and the change feed hold to their tenant per statement, not per row.
+"""Import: the feed and audit hold to their tenant per statement; a row knows the line it came from.
 
 ``audit_log`` and ``change_feed`` had a foreign key to ``tenants`` (``ON DELETE CASCADE``), checked
 row by row: an import appends an audit row and a feed row per resource, and those two checks were
@@ -17,8 +17,13 @@ what they guaranteed is kept by three triggers:
   deleted, in the platform's scope: whatever session deletes it). Its audit trail was copied to
   ``platform_audit_log`` first, as before (0004).
 
-The downgrade drops the triggers, removes any row whose tenant is gone (none, while the triggers
-held), and restores the keys.
+And ``resources.import_line_sha256``: the fingerprint of the JSONL line (and of the rules that read
+it) whose import last wrote the row, NULL once any other write changes it
+(``catalog.core.resources.writer``). A re-import skips a line whose fingerprint its URI's row still
+carries, without parsing it: the same bytes under the same rules make the same row.
+
+The downgrade drops the column and the triggers, removes any row whose tenant is gone (none, while
+the triggers held), and restores the keys.
 
 Revision ID: 0020
 Revises: 0019
@@ -37,6 +42,7 @@ depends_on: str | Sequence[str] | None = None
 TABLES = ("audit_log", "change_feed")
 
 UPGRADE_SQL = (
+    "ALTER TABLE resources ADD COLUMN import_line_sha256 bytea",
     *(f"ALTER TABLE {table} DROP CONSTRAINT fk_{table}_tenant_id_tenants" for table in TABLES),
     """
     CREATE FUNCTION catalog_rows_have_tenant() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -98,6 +104,7 @@ UPGRADE_SQL = (
 )
 
 DOWNGRADE_SQL = (
+    "ALTER TABLE resources DROP COLUMN import_line_sha256",
     "DROP TRIGGER tenants_forget ON tenants",
     *(
         statement
