@@ -15,6 +15,11 @@ or changed row, its version, its audit row; the change-feed rows by the statemen
    every resource write) upserts every new and changed row by URI, and appends their versions and
    audit rows.
 
+A re-import skips, before step 1, every line byte for byte the one whose import last wrote its URI's
+row (:func:`line_fingerprint`, kept in ``resources.import_line_sha256``, cleared by any other write):
+the same bytes under the same rules make the same row, which is unchanged. Such a line is
+:class:`Known`: neither parsed nor staged, it counts as unchanged.
+
 Into a tenant with no resources yet (a first load, the large case), steps 2 and 5 repeat every
 ``write_every`` URIs within the transaction, so that the database writes while the caller parses
 the lines after them, and steps 3 and 4 are skipped (there is nothing to look up). What that
@@ -31,10 +36,13 @@ is not a write, as everywhere.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
+import importlib
 import json
 from collections.abc import AsyncIterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -55,12 +63,22 @@ BEFORE = "catalog_import_before"
 # The bulk statements run as long as they need: the engine's statement timeout is for requests.
 _NO_TIMEOUT = 7 * 24 * 3600.0
 
-# Staging columns, in COPY order: a resource's metadata (the record's own list), its content, and
-# what the version and the audit entry keep of it.
-STAGING_COLUMNS = ("line", *METADATA_FIELDS, "text", "blob_sha256", "size", "snapshot", "digest")
+# Staging columns, in COPY order: the line's number and fingerprint, a resource's metadata (the
+# record's own list), its content, and what the version and the audit entry keep of it.
+STAGING_COLUMNS = (
+    "line",
+    "fingerprint",
+    *METADATA_FIELDS,
+    "text",
+    "blob_sha256",
+    "size",
+    "snapshot",
+    "digest",
+)
+_URI = STAGING_COLUMNS.index("uri")
 _CREATE_STAGING = f"""
 CREATE TEMP TABLE {STAGING} (
-    line bigint NOT NULL, uri text COLLATE "C" NOT NULL, name text NOT NULL, title text,
+    line bigint NOT NULL, fingerprint bytea NOT NULL, uri text COLLATE "C" NOT NULL, name text NOT NULL, title text,
     description text, mime_type text, icons jsonb, annotations jsonb, tags text[] NOT NULL,
     consent_message text, ttl_ms integer, meta jsonb, text text, blob_sha256 text COLLATE "C", size bigint,
     snapshot jsonb NOT NULL, digest text NOT NULL
@@ -99,7 +117,54 @@ WHERE r.tenant_id = $1 AND r.uri = s.uri AND NOT {differs("s")}
 _HAS_RESOURCES = "SELECT EXISTS (SELECT 1 FROM resources WHERE tenant_id = $1)"
 
 # The writes themselves: the one statement every resource write runs, on the staged rows.
-_UPSERT = apply_sql(STAGING, key=Key.URI, before=BEFORE)
+_UPSERT = apply_sql(STAGING, key=Key.URI, before=BEFORE, fingerprint="s.fingerprint")
+
+# The tenant's rows whose import fingerprint still stands (no other write since), by fingerprint.
+_KNOWN_LINES = (
+    "SELECT import_line_sha256, uri FROM resources WHERE tenant_id = $1 AND import_line_sha256 IS NOT NULL"
+)
+
+# The modules whose rules decide the row a line becomes (parsing, validation, the URI rule, the
+# snapshot and digest, the staging row itself). Their source is part of every fingerprint, so a
+# release that changes any rule parses every line again rather than trust a row made by the old one.
+_RULE_MODULES = (
+    "catalog.core.jsonlines",
+    "catalog.core.meta",
+    "catalog.core.resources.record",
+    "catalog.core.resources.writes",
+    "catalog.core.schemas",
+    "catalog.core.transfer.jsonl",
+    "catalog.core.uris",
+    __name__,
+)
+
+
+@functools.cache
+def _rules_digest() -> bytes:
+    digest = hashlib.sha256()
+    for name in _RULE_MODULES:
+        source = importlib.import_module(name).__file__
+        assert source is not None, name
+        path = Path(source)
+        for file in sorted(path.parent.glob("*.py")) if path.name == "__init__.py" else [path]:
+            digest.update(file.read_bytes())
+    return digest.digest()
+
+
+def line_fingerprint(raw: bytes, max_bytes: int) -> bytes:
+    """The fingerprint of a JSONL line as this release reads it under the content limit
+    ``max_bytes``: equal fingerprints, equal rows."""
+    return hashlib.sha256(_rules_digest() + max_bytes.to_bytes(8, "big") + raw).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """A line whose fingerprint its URI's row still carries (``uri``): the row it would make is the
+    row there, so it is neither parsed nor written."""
+
+    uri: str
+
+
 _UPDATE = "resource.update"
 
 
@@ -135,8 +200,9 @@ def _finish(values: list[Any], columns: dict[str, Any], text_sha256: str | None)
     values.append(content_digest(snapshot, text_sha256, columns["blob_sha256"]))
 
 
-def prepare(location: str, line: int, body: ResourceIn, max_bytes: int) -> Prepared:
-    """``body`` by the rules of a single write, as a staging row; CatalogError if it breaks one."""
+def prepare(location: str, line: int, body: ResourceIn, max_bytes: int, fingerprint: bytes) -> Prepared:
+    """``body`` by the rules of a single write, as a staging row (the line's ``fingerprint`` kept
+    with it); CatalogError if it breaks one."""
     columns = column_values(body, METADATA_FIELDS)
     text = body.text
     sha: str | None = None
@@ -157,6 +223,7 @@ def prepare(location: str, line: int, body: ResourceIn, max_bytes: int) -> Prepa
     columns.update(text=text, blob_sha256=sha, size=size)
     values = [
         line,
+        fingerprint,
         columns["uri"],
         columns["name"],
         columns["title"],
@@ -209,12 +276,13 @@ async def upsert_all(
     catalog: Catalog,
     principal: Principal,
     tenant: Tenant,
-    chunks: AsyncIterable[Sequence[Prepared | tuple[str, str]]],
+    chunks: AsyncIterable[Sequence[Prepared | Known | tuple[str, str]]],
     *,
     write_every: int | None = None,
 ) -> BulkResult:
     """Write every prepared body of ``chunks`` (or, if any holds a failure ``(location, reason)``,
-    nothing); see the module docstring.
+    nothing); see the module docstring. A :class:`Known` line counts as unchanged; one that comes
+    after a body of its URI (the known one would win, unwritten) raises :class:`StartOver`.
 
     ``write_every``: into a tenant with no resources yet (a first load), write the staged rows
     (the upsert statement) each time that many are staged, in the same transaction, so that the
@@ -239,12 +307,20 @@ async def upsert_all(
                 write_every = None
             written: set[str] = set()  # URIs whose rows have been written
             staged: set[str] = set()  # URIs in the staging table now
+            known: set[str] = set()  # URIs of known lines (not staged)
             repeated = False  # whether a staged URI came more than once
             async for chunk in chunks:
                 records = []
                 for item in chunk:
                     if isinstance(item, tuple):
                         result.failed.append(item)
+                        continue
+                    if isinstance(item, Known):
+                        if write_every is not None or item.uri in staged or item.uri in written:
+                            raise StartOver(
+                                f"{item.uri}: a known line after a body of it, or in a first load"
+                            )
+                        known.add(item.uri)
                         continue
                     if item.names_blob is not None:
                         problem = await _resolve_named_blob(conn, tenant.id, item)
@@ -253,7 +329,7 @@ async def upsert_all(
                             continue
                     if result.failed:
                         continue  # nothing will be written: only look for more failures
-                    uri = item.values[1]
+                    uri = item.values[_URI]
                     if uri in written:
                         raise StartOver(f"{uri} again after its first body was written")
                     repeated = repeated or uri in staged
@@ -275,6 +351,8 @@ async def upsert_all(
             if staged:
                 fresh = write_every is not None  # written so far without looking anything up
                 await _write_staged(raw, tenant, principal, len(staged), repeated, result, fresh=fresh)
+            # A URI known and then given a body counts once, as that body's write.
+            result.unchanged += len(known - staged - written)
     except _Failed:
         pass
     return result
@@ -314,6 +392,19 @@ async def _write_staged(
     result.created += row["created"]
     result.updated += row["updated"]
     result.unchanged += count - row["created"] - row["updated"]
+
+
+async def known_lines(catalog: Catalog, tenant: Tenant) -> dict[bytes, str]:
+    """The fingerprints of the lines that last wrote the tenant's rows (those no other write has
+    changed since), each with its row's URI."""
+    async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
+        raw = (await conn.get_raw_connection()).driver_connection
+        if raw is None:
+            raise RuntimeError("a pooled connection without its driver connection")
+        await raw.execute("SET LOCAL statement_timeout = 0")
+        return {
+            bytes(row[0]): row[1] for row in await raw.fetch(_KNOWN_LINES, tenant.id, timeout=_NO_TIMEOUT)
+        }
 
 
 def _digest_before(row: Any) -> str | None:

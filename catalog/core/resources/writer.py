@@ -100,29 +100,45 @@ def _bump(source: str) -> str:
     )
 
 
-def apply_sql(source: str, *, key: Key, before: str | None = None, returning: bool = False) -> str:
+# The row's import fingerprint (``resources.import_line_sha256``): only an import's source has one;
+# every other write clears it, so a re-import never skips the line of a row changed since.
+NO_FINGERPRINT = "NULL::bytea"
+
+
+def apply_sql(
+    source: str,
+    *,
+    key: Key,
+    before: str | None = None,
+    returning: bool = False,
+    fingerprint: str = NO_FINGERPRINT,
+) -> str:
     """The statement that writes the rows of ``source`` (a relation, aliased ``s`` here, with the
     :data:`WRITTEN` columns, ``snapshot`` (jsonb), ``digest`` and, for :attr:`Key.ID`, ``id``).
 
     Parameters: ``$1`` the tenant id, ``$2`` the principal's label (the version's ``changed_by``
     and the audit row's principal), ``$3`` the audit action of an update, ``$4`` its detail (jsonb
     or NULL); a source may use more. ``before``: a relation ``(id, digest)`` with the audit digest
-    of each row an update replaces (none: NULL). With ``returning`` the statement answers every
-    written row (all of its columns, and ``created``); without, one row: the counts ``created`` and
-    ``updated``. A source row that changes nothing is in neither.
+    of each row an update replaces (none: NULL). ``fingerprint``: the SQL of each source row's
+    import fingerprint (an import's line, ``s.<column>``); a row written is given it, or NULL.
+    With ``returning`` the statement answers every written row (all of its columns, and
+    ``created``); without, one row: the counts ``created`` and ``updated``. A source row that
+    changes nothing is in neither.
     """
     columns = ", ".join(WRITTEN)
     selected = ", ".join(f"s.{c}" for c in WRITTEN)
     out = "r.*" if returning else "r.id, r.uri, r.version, r.text, r.blob_sha256"
     if key is Key.ID:
         up = (
-            f"UPDATE resources AS r SET {', '.join(f'{c} = s.{c}' for c in WRITTEN)}, {_bump('s')}"
+            f"UPDATE resources AS r SET {', '.join(f'{c} = s.{c}' for c in WRITTEN)}, {_bump('s')},"
+            f" import_line_sha256 = {fingerprint}"
             f" FROM {source} AS s WHERE r.tenant_id = $1 AND r.id = s.id AND {differs('s')}"
             f" RETURNING {out}, false AS created"
         )
     else:
         up = (
-            f"INSERT INTO resources AS r (tenant_id, {columns}) SELECT $1, {selected}"
+            f"INSERT INTO resources AS r (tenant_id, {columns}, import_line_sha256)"
+            f" SELECT $1, {selected}, {fingerprint}"
             f" FROM {source} AS s ORDER BY s.uri"  # URI order: concurrent writers cannot deadlock
         )
         if key is Key.NEW:
@@ -130,7 +146,8 @@ def apply_sql(source: str, *, key: Key, before: str | None = None, returning: bo
         else:
             up += (
                 " ON CONFLICT (tenant_id, uri) DO UPDATE SET"
-                f" {', '.join(f'{c} = excluded.{c}' for c in WRITTEN[1:])}, {_bump('excluded')}"
+                f" {', '.join(f'{c} = excluded.{c}' for c in WRITTEN[1:])}, {_bump('excluded')},"
+                " import_line_sha256 = excluded.import_line_sha256"
                 f" WHERE {differs('excluded')}"
                 f" RETURNING {out}, (r.xmax = 0) AS created"
             )

@@ -400,6 +400,73 @@ $$;
 CREATE TRIGGER tenants_archive_audit BEFORE DELETE ON tenants
 FOR EACH ROW EXECUTE FUNCTION catalog_archive_audit();
 
+-- The audit trail and the change feed hold to their tenant per statement, not per row (0020): no
+-- foreign key to tenants (an import appends one of each per resource, and the key's check ran per
+-- row). Each INSERT locks its distinct tenants FOR KEY SHARE, as the key's check did, once per
+-- tenant: a tenant being deleted is waited for and then found missing; its delete, coming second,
+-- waits for the writer. 23503 as the key's refusal was.
+CREATE OR REPLACE FUNCTION catalog_rows_have_tenant() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    v_tenants bigint[];
+    v_locked bigint;
+    v_missing bigint;
+BEGIN
+    SELECT array_agg(DISTINCT n.tenant_id ORDER BY n.tenant_id) INTO v_tenants FROM new_rows AS n;
+    IF v_tenants IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- Tenant order: two statements never wait on each other crosswise.
+    SELECT count(*) INTO v_locked FROM (
+        SELECT t.id FROM tenants AS t WHERE t.id = ANY (v_tenants) ORDER BY t.id FOR KEY SHARE OF t
+    ) AS held;
+    IF v_locked < cardinality(v_tenants) THEN
+        SELECT min(m.id) INTO v_missing FROM unnest(v_tenants) AS m(id)
+        WHERE NOT EXISTS (SELECT 1 FROM tenants AS t WHERE t.id = m.id);
+        RAISE EXCEPTION 'insert into % names tenant %, which does not exist', TG_TABLE_NAME, v_missing
+            USING ERRCODE = 'foreign_key_violation', TABLE = TG_TABLE_NAME;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- A row's tenant never changes (the feed's renumbering changes only seq).
+CREATE OR REPLACE FUNCTION catalog_tenant_kept() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'a row of % keeps its tenant (% -> %)', TG_TABLE_NAME, OLD.tenant_id, NEW.tenant_id
+        USING ERRCODE = 'foreign_key_violation', TABLE = TG_TABLE_NAME;
+END
+$$;
+
+-- A deleted tenant's feed and audit trail go with it, whatever session deletes it (the trail was
+-- copied to platform_audit_log first, by catalog_archive_audit).
+CREATE OR REPLACE FUNCTION catalog_tenant_forget() RETURNS trigger LANGUAGE plpgsql
+SET catalog.all_tenants = 'on' AS $$
+BEGIN
+    DELETE FROM change_feed WHERE tenant_id = OLD.id;
+    DELETE FROM audit_log WHERE tenant_id = OLD.id;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER audit_log_tenant_exists AFTER INSERT ON audit_log
+REFERENCING NEW TABLE AS new_rows
+FOR EACH STATEMENT EXECUTE FUNCTION catalog_rows_have_tenant();
+
+CREATE TRIGGER audit_log_tenant_kept BEFORE UPDATE ON audit_log
+FOR EACH ROW WHEN (OLD.tenant_id IS DISTINCT FROM NEW.tenant_id)
+EXECUTE FUNCTION catalog_tenant_kept();
+
+CREATE TRIGGER change_feed_tenant_exists AFTER INSERT ON change_feed
+REFERENCING NEW TABLE AS new_rows
+FOR EACH STATEMENT EXECUTE FUNCTION catalog_rows_have_tenant();
+
+CREATE TRIGGER change_feed_tenant_kept BEFORE UPDATE ON change_feed
+FOR EACH ROW WHEN (OLD.tenant_id IS DISTINCT FROM NEW.tenant_id)
+EXECUTE FUNCTION catalog_tenant_kept();
+
+CREATE TRIGGER tenants_forget AFTER DELETE ON tenants
+FOR EACH ROW EXECUTE FUNCTION catalog_tenant_forget();
+
 -- == Search ========================================================================================
 
 -- Must stay identical to catalog.core.resources.repository.TEXT_VECTOR: the full-text index
