@@ -40,7 +40,8 @@ class Proxied:
 
 
 class NotifyProxy:
-    """Listens on 127.0.0.1:``port`` and forwards to ``target_host``:``target_port``."""
+    """Listens on 127.0.0.1:``port`` and forwards to ``target_host``:``target_port`` (a host that
+    is a directory: the server's Unix socket in it, as libpq reads it)."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
@@ -111,7 +112,11 @@ class NotifyProxy:
     async def _accept(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         client_port = client_writer.get_extra_info("peername")[1]
         try:
-            server_reader, server_writer = await asyncio.open_connection(*self.target)
+            host, port = self.target
+            if host.startswith("/"):  # a socket directory, as libpq reads a host: .s.PGSQL.PORT in it
+                server_reader, server_writer = await asyncio.open_unix_connection(f"{host}/.s.PGSQL.{port}")
+            else:
+                server_reader, server_writer = await asyncio.open_connection(host, port)
         except OSError:
             client_writer.close()
             return

@@ -42,7 +42,10 @@ def dsn(database_url: str) -> str:
 @pytest.fixture
 def proxy(dsn: str) -> Iterator[NotifyProxy]:
     url = make_url(dsn)
-    with notify_proxy(url.host or "127.0.0.1", url.port or 5432) as running:
+    # The embedded test server listens on a Unix socket only: its directory is the query's host.
+    socket_dir = url.query.get("host")
+    host = url.host or (socket_dir if isinstance(socket_dir, str) else None) or "127.0.0.1"
+    with notify_proxy(host, url.port or 5432) as running:
         yield running
 
 
