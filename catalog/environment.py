@@ -138,7 +138,11 @@ PLAIN_DATABASE_URL = re.compile(
     rf"(?:(?P<user>{_PART}*)(?::(?P<password>{_PART}*))?@)?"
     r"(?P<host>[A-Za-z0-9.-]+)?(?::(?P<port>[0-9]{1,5}))?"
     rf"(?:/(?P<database>{_PART}*))?"
-    rf"(?:\?ssl=(?P<ssl>{'|'.join(SSL_MODES)}))?"
+    # A Unix socket's directory as the query's host (libpq's and SQLAlchemy's way of writing it;
+    # the embedded server's own URL): an absolute path, '/' written as is or as %2F, and none of
+    # ':' ',' '+' '&' that the dialect would read as a port, a second host, a space or a new option.
+    r"(?:\?host=(?P<socket>(?:/|%2[Ff])(?:[A-Za-z0-9._~-]|/|%2[Ff])*))?"
+    rf"(?:(?(socket)&|\?)ssl=(?P<ssl>{'|'.join(SSL_MODES)}))?"
 )
 
 
@@ -169,14 +173,16 @@ class PlainDatabaseUrl:
 
 
 def plain_database_url(value: str) -> PlainDatabaseUrl | None:
-    """``value``'s parts when it is a plainly valid PostgreSQL URL (no query but ``ssl=MODE``, no
-    IPv6 host, no ':' '/' '@' inside a part), else None (the settings model judges it)."""
+    """``value``'s parts when it is a plainly valid PostgreSQL URL (no query but ``host=`` a socket
+    directory and ``ssl=MODE``, no IPv6 host, no ':' '/' '@' inside a part), else None (the settings
+    model judges it)."""
     match = PLAIN_DATABASE_URL.fullmatch(value)
     if match is None:
         return None
     user, password, host, port, database = match.group("user", "password", "host", "port", "database")
+    socket = match.group("socket")
     return PlainDatabaseUrl(
-        host=host,
+        host=unquote(socket) if socket else host,  # the query's host stands for the authority's
         port=int(port) if port else None,
         user=unquote(user) if user is not None else None,
         password=unquote(password) if password is not None else None,

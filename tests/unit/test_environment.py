@@ -172,6 +172,8 @@ def test_every_value_of_a_setting_the_quick_reader_leaves_unjudged_is_one_the_mo
 @example(url="postgresql:///only-a-database")
 @example(url="postgresql+psycopg://host:0/")
 @example(url="postgresql://u@db:5432/app?ssl=verify-full")
+@example(url="postgresql+asyncpg://postgres@/catalog_t_1?host=%2Ftmp%2Fcatalog-test-pg-x%2Frun")
+@example(url="postgresql://u@:5433/app?host=/var/run/postgresql&ssl=disable")
 def test_a_plain_database_url_reads_as_sqlalchemys_asyncpg_dialect_reads_it_and_the_model_accepts_it(
     url: str,
 ) -> None:
@@ -187,7 +189,11 @@ def test_a_plain_database_url_reads_as_sqlalchemys_asyncpg_dialect_reads_it_and_
         "postgresql://h/db?sslmode=require",  # libpq's name, which asyncpg.connect refuses
         "postgresql://h/db?ssl=true",  # not one of asyncpg's modes as written
         "postgresql://h/db?ssl=require&ssl=disable",  # the dialect hands asyncpg a tuple
-        "postgresql://h/db?host=/tmp",  # other options: the dialect's to read
+        "postgresql://h/db?port=5433",  # other options: the dialect's to read
+        "postgresql://h/db?host=/tmp:5433",  # a socket directory's ':' is the dialect's port
+        "postgresql://h/db?host=/a,/b",  # several socket directories
+        "postgresql://h/db?host=tmp",  # not an absolute directory
+        "postgresql://h/db?ssl=require&host=/tmp",  # options in another order: the dialect's
         "postgresql://[::1]:5432/db",  # an IPv6 host
         "postgresql://user:p@ss@h/db",  # '@' in a part, unescaped
         "postgresql://h1:5432,h2:5432/db",  # several hosts
