@@ -5,6 +5,7 @@ and a refused argument are still left to the full path, whose errors are the sam
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any
 
@@ -58,13 +59,16 @@ async def token(catalog: Catalog, tenant: Tenant) -> str:
 
 @pytest.fixture
 def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The text of every statement sent on a bare asyncpg driver while the test runs."""
+    """The text of every statement the test's own thread sends on a bare asyncpg driver while the
+    test runs (not the statements of the test harness's threads: tests/clones.py)."""
     sent: list[str] = []
+    test_thread = threading.get_ident()
     for name in STATEMENT_METHODS:
         original = getattr(asyncpg.Connection, name)
 
         async def counted(self: asyncpg.Connection, query: str, *args: Any, _original: Any = original) -> Any:
-            sent.append(query)
+            if threading.get_ident() == test_thread:
+                sent.append(query)
             return await _original(self, query, *args)
 
         monkeypatch.setattr(asyncpg.Connection, name, counted)
