@@ -517,3 +517,22 @@ def test_completion_prefix_range_never_loses_a_candidate(
     ]
     got = {query.extract(u) for u in in_range} - {None}
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("template", "uri", "values"),
+    [
+        # Found by the RES-15 property test: every {?..} undefined, so {&e} starts the query itself.
+        ("test://h/;{a};{b};{c}{?d}{&e}", "test://h/;;;&e=", {"a": "", "b": "", "c": "", "e": ""}),
+        ("test://h/{a}{&e,f}", "test://h/x&e=1&f=2", {"a": "x", "e": "1", "f": "2"}),
+        ("test://h/{a}{?d}{&e}", "test://h/x?d=0&e=1", {"a": "x", "d": "0", "e": "1"}),
+    ],
+)
+def test_a_query_continuation_with_no_query_before_it_reads_back_res_15(
+    template: str, uri: str, values: dict[str, str]
+) -> None:
+    """RES-15: ``{&e}`` expanded with no ``?`` before it is ``&e=...`` straight after the path (RFC
+    6570, 3.2.9); the URI it expands to matches the template."""
+    from catalog.core.uri_templates.matching import match
+
+    assert match(template, uri) == values

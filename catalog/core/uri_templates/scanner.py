@@ -4,7 +4,7 @@ their scan (the matching rule, below; the API is :mod:`catalog.core.uri_template
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations, islice, product
 from typing import Final
@@ -405,7 +405,9 @@ def match_raw(matcher: Matcher, uri: str, counter: list[int] | None) -> list[str
     path = uri
     query = ""
     if matcher.query:
-        path, _, query = uri.partition("#")[0].partition("?")
+        path, mark, query = uri.partition("#")[0].partition("?")
+        if not mark:
+            path, query = _continuation_split(path, matcher.query)
     found: list[str | None] | None = None
     for shape in matcher.shapes:
         out: list[str | None] = [None] * matcher.width
@@ -427,6 +429,18 @@ def match_raw(matcher: Matcher, uri: str, counter: list[int] | None) -> list[str
             if position is not None:
                 found[position] = value
     return found
+
+
+def _continuation_split(path: str, wanted: Sequence[tuple[str, int]]) -> tuple[str, str]:
+    """A URI with no '?': a form-style continuation (``{&e}``) expanded with no query before it (every
+    ``{?...}`` variable undefined, or none) is written as ``&e=...`` straight after the path
+    (RFC 6570, 3.2.9). The query starts at the first ``&name=`` of a wanted name: values of the path's
+    variables cannot hold a raw '&' (expansion encodes it) -- one candidate, so matching stays linear."""
+    found = [at for name, _ in wanted if (at := path.find(f"&{name}=")) >= 0]
+    if not found:
+        return path, ""
+    at = min(found)
+    return path[:at], path[at + 1 :]
 
 
 def by_name(names: tuple[str, ...], found: list[str | None]) -> dict[str, str]:
