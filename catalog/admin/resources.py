@@ -20,6 +20,7 @@ from catalog.core.principal import Author
 from catalog.core.resources import ListingFilter, ResourceRecord
 from catalog.core.resources.batch import apply_batch
 from catalog.core.resources.search import Snippet
+from catalog.core.schemas.audit import AuthorOut
 from catalog.core.schemas.base import (
     MAX_SEARCH_LENGTH,
     MEDIA_TYPE_FILTER_PATTERN,
@@ -31,7 +32,6 @@ from catalog.core.schemas.base import (
 )
 from catalog.core.schemas.resources import (
     MAX_BATCH,
-    AuthorOut,
     ResourceBatchIn,
     ResourceBatchOut,
     ResourceIn,

@@ -17,15 +17,16 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from catalog.core.authors import authors_of
 from catalog.core.catalog import Catalog
 from catalog.core.cursors import InvalidCursor, decode_cursor, encode_cursor
-from catalog.core.principal import Principal
-from catalog.core.schemas.audit import AuditEntryOut, PlatformAuditEntryOut
+from catalog.core.principal import Author, Principal
+from catalog.core.schemas.audit import AuditEntryOut, AuthorOut, PlatformAuditEntryOut
 from catalog.core.visibility import principal_fingerprint
 from catalog.db.bulk import insert_rows
 from catalog.db.engine import TenantScope, transaction
@@ -33,6 +34,8 @@ from catalog.db.models import audit_log, platform_audit_log
 
 if TYPE_CHECKING:
     from catalog.core.tenants import Tenant
+
+EntryOut = TypeVar("EntryOut", bound=AuditEntryOut)
 
 MAX_PAGE = 1000
 DEFAULT_PAGE = 100
@@ -106,8 +109,10 @@ async def audit_page(
     return list((await conn.execute(query.order_by(audit_log.c.id.desc()).limit(limit + 1))).all())
 
 
-def audit_entry_out(row: Any) -> AuditEntryOut:
-    return AuditEntryOut.model_validate(row, from_attributes=True)
+def audit_entry_out(row: Any, author: Author, shape: type[EntryOut]) -> EntryOut:
+    """One entry as the admin API gives it, its principal named."""
+    entry = shape.model_validate(row, from_attributes=True)
+    return entry.model_copy(update={"author": AuthorOut.model_validate(author, from_attributes=True)})
 
 
 async def list_audit(
@@ -130,7 +135,8 @@ async def list_audit(
         before_id = position.after
     async with transaction(catalog.engine, TenantScope.tenant(tenant.id)) as conn:
         rows = await audit_page(conn, tenant.id, before_id=before_id, limit=limit)
-    entries = [audit_entry_out(row) for row in rows[:limit]]
+        authors = await authors_of(conn, tenant.id, (row.principal for row in rows[:limit]))
+    entries = [audit_entry_out(row, authors[row.principal], AuditEntryOut) for row in rows[:limit]]
     next_cursor = None
     if len(rows) > limit:
         next_cursor = encode_cursor(
@@ -162,7 +168,8 @@ async def list_platform_audit(
         query = query.where(platform_audit_log.c.id < position.after)
     async with transaction(catalog.engine, TenantScope.platform()) as conn:
         rows = (await conn.execute(query.order_by(platform_audit_log.c.id.desc()).limit(limit + 1))).all()
-    entries = [PlatformAuditEntryOut.model_validate(row, from_attributes=True) for row in rows[:limit]]
+        authors = await authors_of(conn, None, (row.principal for row in rows[:limit]))
+    entries = [audit_entry_out(row, authors[row.principal], PlatformAuditEntryOut) for row in rows[:limit]]
     next_cursor = None
     if len(rows) > limit:
         next_cursor = encode_cursor(

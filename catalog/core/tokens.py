@@ -19,7 +19,7 @@ from catalog.core.audit import AuditEntry, digest, record_audit
 from catalog.core.catalog import Catalog
 from catalog.core.errors import FieldError, InvalidInput, NotFound
 from catalog.core.plain_sql import TENANT_TOKENS, TokenRecord
-from catalog.core.principal import Principal, TokenName
+from catalog.core.principal import Principal
 from catalog.core.schemas.tokens import TokenCreated, TokenIn, TokenOut
 from catalog.core.tenants import Tenant
 from catalog.db.engine import TenantScope, transaction
@@ -89,21 +89,6 @@ async def live_tokens(catalog: Catalog, token_ids: Iterable[int]) -> dict[int, d
             )
         )
         return {row.id: row.expires_at for row in rows}
-
-
-async def token_names(
-    conn: AsyncConnection, tenant_id: int, token_ids: Iterable[int]
-) -> dict[int, TokenName]:
-    """Of ``token_ids``, the tokens of the tenant whose rows exist (revoked ones too), to name them."""
-    ids = sorted(set(token_ids))
-    if not ids:
-        return {}
-    found = await conn.execute(
-        select(tokens.c.id, tokens.c.name, tokens.c.revoked_at).where(
-            tokens.c.tenant_id == tenant_id, tokens.c.id.in_(ids)
-        )
-    )
-    return {row.id: TokenName(row.name, row.revoked_at is not None) for row in found}
 
 
 async def list_token_records(conn: AsyncConnection, tenant_id: int) -> list[TokenRecord]:

@@ -29,6 +29,34 @@ async def test_audit_is_newest_first_with_who_what_and_digests(
     assert all(i["at"].endswith("Z") for i in items)
 
 
+async def test_audit_names_who_by_token_name_and_keeps_the_recorded_label(
+    client: httpx.AsyncClient, anon: httpx.AsyncClient, tenant: str, db
+) -> None:
+    named = await mint_token(client, tenant, admin=True, name="Ada's laptop")
+    gone = await mint_token(client, tenant, admin=True, name="vanished")
+    for token, uri in ((named, "test://by-ada"), (gone, "test://by-gone")):
+        made = await anon.post(
+            f"{API}/tenants/{tenant}/resources",
+            json={"uri": uri, "name": "n", "text": "t"},
+            headers=bearer(token["token"]),
+        )
+        assert made.status_code == 201, made.text
+    await db.execute("DELETE FROM tokens WHERE id = $1", gone["id"])
+    items = (await client.get(f"{API}/tenants/{tenant}/audit")).json()["items"]
+    assert [(i["principal"], i["author"]) for i in items] == [
+        (
+            f"token:{gone['id']}",
+            {"kind": "token", "name": f"deleted token #{gone['id']}", "tokenId": gone["id"]},
+        ),
+        (
+            f"token:{named['id']}",
+            {"kind": "token", "name": "Ada's laptop", "tokenId": named["id"], "revoked": False},
+        ),
+        ("platform-admin", {"kind": "platform", "name": "platform admin"}),
+        ("platform-admin", {"kind": "platform", "name": "platform admin"}),
+    ]
+
+
 async def test_audit_pages_with_a_signed_cursor(client: httpx.AsyncClient, tenant: str) -> None:
     for n in range(5):
         await create_resource(client, tenant, uri=f"test://r/{n}")
@@ -187,3 +215,25 @@ async def test_tenant_creation_and_deletion_are_in_the_platform_log_with_the_del
     assert [i["action"] for i in everything["items"]] == ["tenant.create", "tenant.delete"]
     rest = (await client.get(f"{API}/audit", params={"cursor": everything["nextCursor"]})).json()["items"]
     assert [i["action"] for i in rest] == ["token.create", "resource.create", "tenant.create"]
+
+
+async def test_the_platform_log_names_a_deleted_tenants_token_as_a_deleted_token(
+    client: httpx.AsyncClient, anon: httpx.AsyncClient, tenant: str
+) -> None:
+    tenant_id = (await client.get(f"{API}/audit")).json()["items"][0]["tenantId"]
+    writer = await mint_token(client, tenant, admin=True, name="nightly sync")
+    made = await anon.post(
+        f"{API}/tenants/{tenant}/resources",
+        json={"uri": "test://synced", "name": "n", "text": "t"},
+        headers=bearer(writer["token"]),
+    )
+    assert made.status_code == 201, made.text
+    assert (await client.delete(f"{API}/tenants/{tenant}")).status_code == 204
+    kept = (await client.get(f"{API}/audit", params={"tenantId": tenant_id})).json()["items"]
+    assert [(i["action"], i["author"]["name"]) for i in kept] == [
+        ("tenant.delete", "platform admin"),
+        ("resource.create", f"deleted token #{writer['id']}"),  # its tokens went with the tenant
+        ("token.create", "platform admin"),
+        ("tenant.create", "platform admin"),
+    ]
+    assert kept[1]["principal"] == f"token:{writer['id']}"

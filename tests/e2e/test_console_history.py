@@ -212,6 +212,32 @@ async def test_live_changes_arrive_on_top_newest_first_without_moving_what_the_r
     assert box is not None and 0 <= box["y"] < 800
 
 
+async def test_the_audit_names_who_by_token_name_and_finds_entries_by_that_name(
+    page: Any, server: Served, api: httpx.AsyncClient
+) -> None:
+    writer = await admin_token(api, "Grace's desk")
+    made = await api.post(
+        f"/tenants/{TENANT}/resources",
+        json={"uri": "file:///audit/named.txt", "name": "named", "text": "x"},
+        headers={"Authorization": f"Bearer {writer['token']}"},
+    )
+    assert made.status_code == 201, made.text
+    await sign_in(page, server)
+    await open_hash(page, server, f"/t/{TENANT}/activity")
+    row = page.locator("#audit tbody tr:has-text('file:///audit/named.txt')")
+    await row.wait_for()
+    who = row.locator("td.author")
+    assert await who.inner_text() == "Grace's desk"
+    assert await who.get_attribute("title") == f"token:{writer['id']}"  # the label as recorded
+    minted = page.locator("#audit tbody tr:has-text('token.create') td.author").first
+    assert await minted.inner_text() == "platform admin"
+
+    await page.fill("#audit-filter", "grace's")
+    await wait_until(page, "() => [...document.querySelectorAll('#audit tbody tr')].some((r) => r.hidden)")
+    shown = await page.locator("#audit tbody tr:not([hidden]) td.author").all_inner_texts()
+    assert shown and set(shown) == {"Grace's desk"}
+
+
 # -- notices --------------------------------------------------------------------------------------
 
 

@@ -476,13 +476,14 @@ async function newResourcePage(slug, params) {
 
 // -- history --------------------------------------------------------------------------------------
 
-// Who made a version: the author's name as the API gives it (a token by its name), the recorded
-// label as a tooltip.
-function authorCell(v) {
-  const a = v.author;
-  if (!a) return h("td", {}, v.changedBy);
-  const note = a.revoked ? " (revoked)" : "";
-  return h("td", { class: "author", title: v.changedBy, dataset: { kind: a.kind } }, `${a.name}${note}`);
+// Who made a change: the author's name as the API gives it (a token by its name), the recorded
+// label (a version's changedBy, an audit entry's principal) as a tooltip.
+function authorName(a) {
+  return a.revoked ? `${a.name} (revoked)` : a.name;
+}
+function authorCell(author, label) {
+  if (!author) return h("td", {}, label);
+  return h("td", { class: "author", title: label, dataset: { kind: author.kind } }, authorName(author));
 }
 
 // A notice for a failed action of this page: the problem's title and detail, until dismissed.
@@ -510,7 +511,7 @@ async function historyPage(slug, id) {
   let count = 0;
   const row = (v) => h("tr", { dataset: { version: String(v.version) } },
     h("td", {}, radio("a", v.version)), h("td", {}, radio("b", v.version)),
-    h("td", {}, `v${v.version}`), h("td", {}, when(v.changedAt)), authorCell(v),
+    h("td", {}, `v${v.version}`), h("td", {}, when(v.changedAt)), authorCell(v.author, v.changedBy),
     h("td", {}, h("code", { class: "small" }, v.resource.uri)),
     h("td", {}, v.version === latest ? h("span", { class: "muted" }, "current") : twoStep(`Restore v${v.version}`, `Confirm restore of v${v.version}`, async () => {
       try {
@@ -745,7 +746,7 @@ async function tokensPage(slug) {
 // -- activity -------------------------------------------------------------------------------------
 
 async function activityPage(slug) {
-  const auditFilter = h("input", { type: "search", id: "audit-filter", placeholder: "action, principal or URI" });
+  const auditFilter = h("input", { type: "search", id: "audit-filter", placeholder: "action, who or URI" });
   const auditBody = h("tbody");
   const auditMore = h("button", { type: "button", class: "secondary", hidden: true }, "Older entries");
   const kind = h("select", { id: "changes-kind" }, ["", "resource", "template", "grant"].map((k) => h("option", { value: k }, k || "any kind")));
@@ -782,7 +783,8 @@ async function activityPage(slug) {
     await guarded(out, async () => {
       const p = await get(`${T(slug)}/audit${qs({ cursor: auditCursor, limit: 100 })}`);
       for (const e of p.items) {
-        const row = h("tr", { dataset: { search: `${e.action} ${e.principal} ${e.uri || ""}`.toLowerCase() } }, h("td", {}, when(e.at)), h("td", {}, e.principal), h("td", {}, e.action), h("td", {}, h("code", {}, e.uri || `${e.targetKind} ${e.targetId ?? ""}`)));
+        const who = e.author ? `${e.principal} ${authorName(e.author)}` : e.principal;
+        const row = h("tr", { dataset: { search: `${e.action} ${who} ${e.uri || ""}`.toLowerCase() } }, h("td", {}, when(e.at)), authorCell(e.author, e.principal), h("td", {}, e.action), h("td", {}, h("code", {}, e.uri || `${e.targetKind} ${e.targetId ?? ""}`)));
         row.hidden = !matches(row);
         append(auditBody, [row]);
       }

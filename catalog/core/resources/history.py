@@ -7,17 +7,17 @@ from typing import Any
 
 from sqlalchemy import Row
 
+from catalog.core.authors import authors_of
 from catalog.core.catalog import Catalog
 from catalog.core.cursors import InvalidCursor, decode_cursor, encode_cursor
 from catalog.core.errors import NotFound
-from catalog.core.principal import Author, Principal, author_of_label, token_id_of_label
+from catalog.core.principal import Author, Principal
 from catalog.core.resources import repository as rows
 from catalog.core.resources.paging import DEFAULT_PAGE, MAX_PAGE
 from catalog.core.resources.record import METADATA_FIELDS, ResourceRecord
 from catalog.core.resources.writes import check_precondition, update_row
 from catalog.core.schemas.resources import ResourceIn
 from catalog.core.tenants import Tenant
-from catalog.core.tokens import token_names
 from catalog.core.visibility import principal_fingerprint
 from catalog.db.engine import TenantScope, transaction
 
@@ -40,7 +40,7 @@ async def list_versions(
     limit: int = DEFAULT_PAGE,
 ) -> tuple[list[VersionEntry], str | None]:
     """One page of the resource's history, newest version first (keyset on the version number),
-    each author named (:func:`author_of_label`), and the signed cursor to the next page."""
+    each author named (:func:`~catalog.core.authors.authors_of`), and the signed cursor to the next page."""
     limit = max(1, min(limit, MAX_PAGE))
     listing = f"admin.versions:{resource_id}"
     fingerprint = principal_fingerprint(principal, tenant.id)
@@ -54,9 +54,8 @@ async def list_versions(
         if not await rows.exists(conn, tenant.id, resource_id):
             raise NotFound(f"no resource {resource_id}")
         found = await rows.versions(conn, tenant.id, resource_id, before=before, limit=limit + 1)
-        labels = {row.changed_by for row in found[:limit]}
-        names = await token_names(conn, tenant.id, filter(None, map(token_id_of_label, labels)))
-    entries = [VersionEntry(row, author_of_label(row.changed_by, names)) for row in found[:limit]]
+        authors = await authors_of(conn, tenant.id, (row.changed_by for row in found[:limit]))
+    entries = [VersionEntry(row, authors[row.changed_by]) for row in found[:limit]]
     next_cursor = None
     if len(found) > limit:
         next_cursor = encode_cursor(
@@ -73,9 +72,8 @@ async def get_version(catalog: Catalog, tenant: Tenant, resource_id: int, versio
             if not await rows.exists(conn, tenant.id, resource_id):
                 raise NotFound(f"no resource {resource_id}")
             raise NotFound(f"resource {resource_id} has no version {version}")
-        token_id = token_id_of_label(row.changed_by)
-        names = await token_names(conn, tenant.id, [token_id] if token_id is not None else [])
-    return VersionEntry(row, author_of_label(row.changed_by, names))
+        authors = await authors_of(conn, tenant.id, [row.changed_by])
+    return VersionEntry(row, authors[row.changed_by])
 
 
 async def restore_version(

@@ -10,10 +10,28 @@ from pydantic import Field
 from catalog.core.schemas.base import Model
 
 
+class AuthorOut(Model):
+    """Who a recorded label names, for a reader (the label as recorded stays beside it: a
+    version's ``changedBy``, an audit entry's ``principal``)."""
+
+    kind: Literal["platform", "token", "anonymous", "jwt", "system", "unknown"] = Field(
+        description="platform: the platform admin; token: a token of the tenant; jwt: an OAuth "
+        "subject; system: work the product did (import, restore, cli, demo); unknown: another label"
+    )
+    name: str = Field(
+        description="a display name: the token's name (`token #N` if it has none, `deleted token #N` "
+        "if it is gone), `platform admin`, the system job (`import`), or the OAuth subject as recorded"
+    )
+    token_id: int | None = None
+    subject: str | None = None
+    revoked: bool | None = Field(default=None, description="a token revoked since (present for tokens)")
+
+
 class AuditEntryOut(Model):
     id: int
     at: datetime
-    principal: str = Field(description="who: platform-admin, token:<id>, system:<label>, ...")
+    principal: str = Field(description="who, as recorded: platform-admin, token:<id>, system:<label>, ...")
+    author: AuthorOut | None = Field(default=None, description="who, named (see principal)")
     action: str = Field(description="what: resource.create, grant.delete, token.revoke, ...")
     target_kind: str
     target_id: int | None = None

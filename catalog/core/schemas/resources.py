@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, StringConstraints, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from catalog.core.schemas.audit import AuthorOut
 from catalog.core.schemas.base import (
     DIRECTORY_MIME_TYPE,
     MAX_TAGS,
@@ -161,22 +162,6 @@ class ResourceOut(Model):
     snippet: SnippetOut | None = Field(
         default=None, description="only when searching (`q`): what of the resource matched"
     )
-
-
-class AuthorOut(Model):
-    """Who made a version, named for a reader (``changedBy`` keeps the label as recorded)."""
-
-    kind: Literal["platform", "token", "anonymous", "jwt", "system", "unknown"] = Field(
-        description="platform: the platform admin; token: a token of the tenant; jwt: an OAuth "
-        "subject; system: work the product did (import, restore, cli, demo); unknown: another label"
-    )
-    name: str = Field(
-        description="a display name: the token's name (`token #N` if it has none, `deleted token #N` "
-        "if it is gone), `platform admin`, the system job (`import`), or the OAuth subject as recorded"
-    )
-    token_id: int | None = None
-    subject: str | None = None
-    revoked: bool | None = Field(default=None, description="a token revoked since (present for tokens)")
 
 
 class ResourceVersionOut(Model):
