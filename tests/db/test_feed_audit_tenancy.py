@@ -5,12 +5,13 @@ removes its rows whatever session deletes it, and a delete racing a writer leave
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
+
+from tests.db.locks import wait_for_a_lock_wait
 
 pytestmark = pytest.mark.asyncio
 
@@ -49,19 +50,6 @@ async def _tenant(conn: asyncpg.Connection, slug: str) -> int:
 
 async def _rows(conn: asyncpg.Connection, table: str, tenant: int) -> int:
     return await conn.fetchval(f"SELECT count(*) FROM {table} WHERE tenant_id = $1", tenant)
-
-
-async def _wait_for_lock_wait(conn: asyncpg.Connection, within: float = 30.0) -> None:
-    """Until another backend of this database waits for a lock."""
-    deadline = time.monotonic() + within
-    query = (
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-        " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
-    )
-    while not await conn.fetchval(query):
-        if time.monotonic() > deadline:
-            pytest.fail(f"no backend waited for a lock within {within}s")
-        await asyncio.sleep(0.02)
 
 
 async def test_feed_and_audit_have_no_foreign_key_to_tenants(conn: asyncpg.Connection) -> None:
@@ -137,7 +125,7 @@ async def test_a_tenant_delete_waits_for_a_writer_of_its_feed_and_then_removes_i
     await conn.execute(_AUDIT, acme, "test://late")
     deleting = asyncio.create_task(other.execute("DELETE FROM tenants WHERE id = $1", acme))
     try:
-        await _wait_for_lock_wait(conn)
+        await wait_for_a_lock_wait(conn)
         assert not deleting.done()
         await writing.commit()
         await asyncio.wait_for(deleting, timeout=30)
@@ -157,7 +145,7 @@ async def test_a_writer_waits_for_a_pending_tenant_delete_and_is_then_refused(
     await other.execute("DELETE FROM tenants WHERE id = $1", acme)
     writing = asyncio.create_task(conn.execute(_FEED, acme, "test://late"))
     try:
-        await _wait_for_lock_wait(other)
+        await wait_for_a_lock_wait(other)
         assert not writing.done()
         await deleting.commit()
         with pytest.raises(asyncpg.ForeignKeyViolationError, match=f"names tenant {acme}"):

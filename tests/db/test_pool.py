@@ -30,6 +30,7 @@ from catalog.db.engine import database_unavailable, pool_exhausted, transaction
 from catalog.db.scope import APP_ROLE, TenantScope
 from catalog.settings import Settings
 from tests.conftest import free_port, through_pooler_env
+from tests.db.locks import wait_for_a_lock_wait
 from tests.mcp_helpers import LEGACY, envelope, modern_headers, sse_messages
 from tests.processes import catalog_env, run_catalog, serving, started
 
@@ -211,19 +212,6 @@ async def row_locked(database_url: str, uri: str) -> AsyncIterator[asyncpg.Conne
             await locking.rollback()
     finally:
         await conn.close()
-
-
-async def wait_for_a_lock_wait(conn: asyncpg.Connection, within: float = 30.0) -> None:
-    """Until another backend of this database waits for a lock (the server's write, on our row)."""
-    deadline = time.monotonic() + within
-    query = (
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-        " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
-    )
-    while not await conn.fetchval(query):
-        if time.monotonic() > deadline:
-            pytest.fail(f"no backend waited for the locked row within {within}s")
-        await asyncio.sleep(0.02)
 
 
 def assert_busy_503(response: httpx.Response, elapsed: float) -> None:
