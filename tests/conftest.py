@@ -33,6 +33,7 @@ from catalog.core.catalog import Catalog
 from catalog.db import migrate
 from catalog.db.embedded import EmbeddedPostgres
 from catalog.db.engine import create_engine
+from catalog.events.listener import listener_dsn
 from catalog.serving import CatalogServer
 from catalog.settings import Settings, get_settings
 from tests.admin_support import ADMIN, API, running
@@ -370,7 +371,7 @@ def cli(
 @pytest.fixture
 def sql(database_url: str) -> Callable[..., list[asyncpg.Record]]:
     """Run one query on the test database (as the superuser: no row security in the way)."""
-    dsn = make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    dsn = listener_dsn(database_url)
 
     def query(statement: str, *args: Any) -> list[asyncpg.Record]:
         async def go() -> list[asyncpg.Record]:
@@ -420,7 +421,7 @@ async def tenant(client: httpx.AsyncClient) -> str:
 @pytest.fixture
 async def db(database_url: str) -> AsyncIterator[asyncpg.Connection]:
     """A direct connection (superuser: sees every tenant's rows) for asserting what was stored."""
-    dsn = make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    dsn = listener_dsn(database_url)
     conn = await asyncpg.connect(dsn)
     try:
         yield conn

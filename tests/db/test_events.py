@@ -36,6 +36,7 @@ from catalog.events import (
 )
 from catalog.events.listener import parse_payload
 from catalog.settings import Settings
+from tests.db.support import make_tenant
 
 pytestmark = pytest.mark.process
 
@@ -46,10 +47,6 @@ async def next_batch(sub: Subscription, within: float = WAIT) -> list[ChangeEven
     batch = await asyncio.wait_for(sub.next_batch(), within)
     assert batch is not None, f"subscription closed: {sub.close_reason}"
     return batch
-
-
-async def make_tenant(conn: asyncpg.Connection, slug: str) -> int:
-    return await conn.fetchval("INSERT INTO tenants (slug, name) VALUES ($1, $1) RETURNING id", slug)
 
 
 async def add_resource(conn: asyncpg.Connection, tenant: int, uri: str) -> int:

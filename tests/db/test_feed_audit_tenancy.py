@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
-from tests.db.locks import wait_for_a_lock_wait
+from catalog.events.listener import listener_dsn
+from tests.db.support import make_tenant, wait_for_a_lock_wait
 
 pytestmark = pytest.mark.asyncio
 
@@ -22,13 +22,9 @@ _AUDIT = (
 _FEED = "SELECT catalog_emit_change($1, 'grant', $2, 'created')"
 
 
-def _dsn(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
 @pytest.fixture
 async def conn(database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(_dsn(database_url))
+    connection = await asyncpg.connect(listener_dsn(database_url))
     try:
         yield connection
     finally:
@@ -37,15 +33,11 @@ async def conn(database_url: str) -> AsyncIterator[asyncpg.Connection]:
 
 @pytest.fixture
 async def other(database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(_dsn(database_url))
+    connection = await asyncpg.connect(listener_dsn(database_url))
     try:
         yield connection
     finally:
         await connection.close()
-
-
-async def _tenant(conn: asyncpg.Connection, slug: str) -> int:
-    return await conn.fetchval("INSERT INTO tenants (slug, name) VALUES ($1, $1) RETURNING id", slug)
 
 
 async def _rows(conn: asyncpg.Connection, table: str, tenant: int) -> int:
@@ -64,7 +56,7 @@ async def test_feed_and_audit_have_no_foreign_key_to_tenants(conn: asyncpg.Conne
 async def test_a_feed_or_audit_row_naming_a_missing_tenant_is_refused_and_nothing_is_written(
     conn: asyncpg.Connection,
 ) -> None:
-    acme = await _tenant(conn, "acme")
+    acme = await make_tenant(conn, "acme")
     missing = acme + 1000
     with pytest.raises(asyncpg.ForeignKeyViolationError, match=f"change_feed names tenant {missing}"):
         await conn.execute(_FEED, missing, "test://x")
@@ -83,8 +75,8 @@ async def test_a_feed_or_audit_row_naming_a_missing_tenant_is_refused_and_nothin
     assert await _rows(conn, "audit_log", acme) == 1
 
 
-async def test_a_feed_or_audit_row_keeps_its_tenant(conn: asyncpg.Connection) -> None:
-    acme, globex = await _tenant(conn, "acme"), await _tenant(conn, "globex")
+async def test_a_feed_or_audit_row_keeps_itsmake_tenant(conn: asyncpg.Connection) -> None:
+    acme, globex = await make_tenant(conn, "acme"), await make_tenant(conn, "globex")
     await conn.execute(_AUDIT, acme, "test://a")
     await conn.execute(_FEED, acme, "test://a")
     for table in ("audit_log", "change_feed"):
@@ -96,7 +88,7 @@ async def test_a_feed_or_audit_row_keeps_its_tenant(conn: asyncpg.Connection) ->
 async def test_deleting_a_tenant_from_any_scope_removes_its_feed_and_audit_rows_only(
     conn: asyncpg.Connection,
 ) -> None:
-    acme, globex = await _tenant(conn, "acme"), await _tenant(conn, "globex")
+    acme, globex = await make_tenant(conn, "acme"), await make_tenant(conn, "globex")
     for tenant in (acme, globex):
         await conn.execute(
             "INSERT INTO resources (tenant_id, uri, name) VALUES ($1, 'test://a', 'a')", tenant
@@ -118,7 +110,7 @@ async def test_deleting_a_tenant_from_any_scope_removes_its_feed_and_audit_rows_
 async def test_a_tenant_delete_waits_for_a_writer_of_its_feed_and_then_removes_its_rows(
     conn: asyncpg.Connection, other: asyncpg.Connection
 ) -> None:
-    acme = await _tenant(conn, "acme")
+    acme = await make_tenant(conn, "acme")
     writing = conn.transaction()
     await writing.start()
     await conn.execute(_FEED, acme, "test://late")
@@ -139,7 +131,7 @@ async def test_a_tenant_delete_waits_for_a_writer_of_its_feed_and_then_removes_i
 async def test_a_writer_waits_for_a_pending_tenant_delete_and_is_then_refused(
     conn: asyncpg.Connection, other: asyncpg.Connection
 ) -> None:
-    acme = await _tenant(conn, "acme")
+    acme = await make_tenant(conn, "acme")
     deleting = other.transaction()
     await deleting.start()
     await other.execute("DELETE FROM tenants WHERE id = $1", acme)

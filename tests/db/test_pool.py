@@ -28,9 +28,10 @@ from sqlalchemy.engine import make_url
 from catalog.bootstrap import open_catalog
 from catalog.db.engine import database_unavailable, pool_exhausted, transaction
 from catalog.db.scope import APP_ROLE, TenantScope
+from catalog.events.listener import listener_dsn
 from catalog.settings import Settings
 from tests.conftest import free_port, through_pooler_env
-from tests.db.locks import wait_for_a_lock_wait
+from tests.db.support import wait_for_a_lock_wait
 from tests.mcp_helpers import LEGACY, envelope, modern_headers, sse_messages
 from tests.processes import catalog_env, run_catalog, serving, started
 
@@ -52,10 +53,6 @@ def serve_env(database_url: str, home: Path, **extra: str) -> dict[str, str]:
         CATALOG_RATE_LIMIT_PER_MINUTE="0",
         **extra,
     )
-
-
-def dsn(database_url: str) -> str:
-    return make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 # -- every transaction carries what a session would -------------------------------------------------
@@ -159,7 +156,7 @@ def test_behind_a_pooler_only_the_listen_connection_goes_straight_to_postgres(
         to_pooler = {c.laddr.port for c in connections if c.raddr and c.raddr.port == pooler_port}
 
         async def listener_ports() -> set[int]:
-            conn = await asyncpg.connect(dsn(database_url))
+            conn = await asyncpg.connect(listener_dsn(database_url))
             try:
                 rows = await conn.fetch(
                     "SELECT client_port FROM pg_stat_activity"
@@ -200,7 +197,7 @@ def test_migrations_and_commands_run_through_the_pooler_again_and_again(
 @contextlib.asynccontextmanager
 async def row_locked(database_url: str, uri: str) -> AsyncIterator[asyncpg.Connection]:
     """Hold a lock on the resource row at ``uri`` (from the test's own connection) until exit."""
-    conn = await asyncpg.connect(dsn(database_url))
+    conn = await asyncpg.connect(listener_dsn(database_url))
     try:
         locking = conn.transaction()
         await locking.start()

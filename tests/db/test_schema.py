@@ -8,28 +8,21 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
 from catalog.db import migrate
+from catalog.events.listener import listener_dsn
+from tests.db.support import make_tenant
 
 pytestmark = pytest.mark.asyncio
 
 
-def dsn(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
 @pytest.fixture
 async def conn(database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(dsn(database_url))
+    connection = await asyncpg.connect(listener_dsn(database_url))
     try:
         yield connection
     finally:
         await connection.close()
-
-
-async def make_tenant(conn: asyncpg.Connection, slug: str) -> int:
-    return await conn.fetchval("INSERT INTO tenants (slug, name) VALUES ($1, $1) RETURNING id", slug)
 
 
 async def test_upgrade_downgrade_upgrade_round_trip(empty_database_url: str) -> None:
@@ -38,7 +31,7 @@ async def test_upgrade_downgrade_upgrade_round_trip(empty_database_url: str) -> 
     assert await migrate.current_revision(empty_database_url) == head
     await asyncio.to_thread(migrate.downgrade, empty_database_url, "base")
     assert await migrate.current_revision(empty_database_url) is None
-    conn = await asyncpg.connect(dsn(empty_database_url))
+    conn = await asyncpg.connect(listener_dsn(empty_database_url))
     try:
         left = await conn.fetch(
             "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'alembic_version'"
@@ -69,7 +62,7 @@ class Notifications:
 
 @pytest.fixture
 async def notifications(database_url: str) -> AsyncIterator[Notifications]:
-    listener = await asyncpg.connect(dsn(database_url))
+    listener = await asyncpg.connect(listener_dsn(database_url))
     received = Notifications()
     await listener.add_listener("catalog_changes", received)
     try:
@@ -435,7 +428,7 @@ async def test_0004_upgrades_a_populated_database_and_downgrades_cleanly(empty_d
     """Sequences continue after each tenant's highest (global) seq, so every ?after= a client holds
     stays valid; the downgrade goes back to one identity after the highest seq of any tenant."""
     await asyncio.to_thread(migrate.upgrade, empty_database_url, "0002")
-    conn = await asyncpg.connect(dsn(empty_database_url))
+    conn = await asyncpg.connect(listener_dsn(empty_database_url))
     try:
         acme, globex = await make_tenant(conn, "acme"), await make_tenant(conn, "globex")
         for n in range(3):

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
 from catalog.core.catalog import Catalog
 from catalog.core.principal import Principal
@@ -25,6 +24,7 @@ from catalog.core.tenants import get_tenant
 from catalog.db.engine import create_engine
 from catalog.db.scope import APP_ROLE
 from catalog.demo import DEMO_TENANT, seed_demo
+from catalog.events.listener import listener_dsn
 from catalog.settings import Settings
 
 pytestmark = pytest.mark.process
@@ -35,14 +35,10 @@ PACKAGE = ROOT / "catalog"
 WRITTEN_TABLES = ("resources", "resource_versions", "blobs", "templates", "grants", "audit_log")
 
 
-def dsn(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
 @pytest.fixture
 async def superuser(database_url: str) -> AsyncIterator[asyncpg.Connection]:
     """The test login, which must be a superuser for the app-role switch to matter at all."""
-    conn = await asyncpg.connect(dsn(database_url))
+    conn = await asyncpg.connect(listener_dsn(database_url))
     try:
         if not await conn.fetchval("SELECT rolsuper FROM pg_roles WHERE rolname = current_user"):
             pytest.skip("the test login is not a superuser: row-level security binds it directly")

@@ -22,15 +22,10 @@ from hypothesis import strategies as st
 from sqlalchemy import event
 
 from catalog.app import create_app
+from catalog.events.listener import listener_dsn
 from catalog.settings import Settings
 from tests.admin_support import ADMIN, API, assert_problem, bearer, create_resource, mint_token
 from tests.conftest import run_live_server
-
-
-def dsn(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 async def poll(client: httpx.AsyncClient, slug: str, after: int) -> tuple[list[dict], int]:
@@ -77,7 +72,7 @@ async def test_a_change_committed_after_a_later_numbered_one_reaches_poller_and_
     await create_resource(client, "acme", uri="test://held", text="0")
     baseline, position = await poll(client, "acme", 0)
     assert [c["uri"] for c in baseline] == ["test://held"]
-    holder = await asyncpg.connect(dsn(database_url))
+    holder = await asyncpg.connect(listener_dsn(database_url))
     try:
         async with client.stream(
             "GET", f"{API}/tenants/acme/changes/stream", headers={"Last-Event-ID": str(position)}
@@ -156,7 +151,7 @@ async def test_interleaved_writers_each_committed_change_is_followed_exactly_onc
     repeats exactly what followed that position, and nothing of a rolled-back write appears."""
     slug = f"p{next(SLUGS)}"
     assert (await client.post(f"{API}/tenants", json={"slug": slug})).status_code == 201
-    writers = [await asyncpg.connect(dsn(database_url)) for _ in range(WRITERS)]
+    writers = [await asyncpg.connect(listener_dsn(database_url)) for _ in range(WRITERS)]
     open_txns: dict[int, asyncpg.transaction.Transaction] = {}
     pending: dict[int, list[str]] = {n: [] for n in range(WRITERS)}
     committed: list[str] = []
