@@ -39,7 +39,7 @@ from catalog.settings import Settings, get_settings
 from tests.admin_support import ADMIN, API, running
 from tests.clones import Clones
 
-pytest_plugins = ["pytester", "tests.failures"]
+pytest_plugins = ["pytester", "tests.failures", "tests.cpu_report"]
 
 
 def _share_default_tls_contexts() -> None:
