@@ -1,6 +1,6 @@
 """Where a benchmark result came from: every file of bench/results/ carries a ``provenance`` stamp.
 
-The stamp says which code ran (``git describe --always --dirty``), when (UTC), in which mode
+The stamp says which code ran (the commit, ``-dirty`` for uncommitted changes to the code), when (UTC), in which mode
 (``quick`` or ``full`` under ``python -m bench``, which says so in ``CATALOG_BENCH_MODE``;
 ``standalone`` for a benchmark run on its own, whose arguments ``command`` keeps), with which MCP
 executor (``CATALOG_MCP_FAST_PATH``, which the servers a benchmark starts inherit) and on how many
@@ -28,20 +28,31 @@ FAST_PATH_VARIABLE = "CATALOG_MCP_FAST_PATH"
 UNKNOWN = "unknown"
 
 
-def describe(root: Path = ROOT) -> str:
-    """``git describe --always --dirty`` of ``root``, or ``unknown`` outside a git checkout."""
+# What the benchmarks write themselves: a change there says nothing about the code that ran (the
+# first result of a run would otherwise make every later one "dirty").
+OWN_OUTPUTS = ("bench/results", "BENCHMARKS.md")
+
+
+def _git(root: Path, *args: str) -> str | None:
     try:
         done = subprocess.run(
-            ["git", "describe", "--always", "--dirty"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
+            ["git", *args], cwd=root, capture_output=True, text=True, timeout=10, check=False
         )
     except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def describe(root: Path = ROOT) -> str:
+    """The commit of ``root`` (``git describe --always``), ``-dirty`` when a tracked file other
+    than the benchmarks' own outputs (:data:`OWN_OUTPUTS`) differs from it; ``unknown`` outside a
+    git checkout."""
+    commit = (_git(root, "describe", "--always") or "").strip()
+    if not commit:
         return UNKNOWN
-    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else UNKNOWN
+    excluded = [f":(exclude,top){path}" for path in OWN_OUTPUTS]
+    changed = _git(root, "status", "--porcelain", "--untracked-files=no", "--", ":/", *excluded)
+    return f"{commit}-dirty" if changed else commit
 
 
 def fast_path(environ: Mapping[str, str] = os.environ) -> str:

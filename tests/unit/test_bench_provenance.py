@@ -39,18 +39,31 @@ def test_a_benchmark_run_alone_is_standalone_on_the_default_executor() -> None:
     assert (stamp["mode"], stamp["fast_path"]) == ("standalone", "on")
 
 
-def test_the_commit_is_git_describe_of_the_checkout() -> None:
-    expected = subprocess.run(
-        ["git", "describe", "--always", "--dirty"],
-        cwd=provenance.ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if expected.returncode != 0:
-        pytest.skip(f"{provenance.ROOT} is not a git checkout")
-    assert provenance.describe() == expected.stdout.strip()
-    assert provenance.stamp(now=WHEN)["commit"] == expected.stdout.strip()
+def _git(root: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def test_the_commit_is_dirty_for_changed_code_and_not_for_the_benchmarks_own_outputs(
+    tmp_path: Path,
+) -> None:
+    for args in (["init", "-q"], ["config", "user.email", "b@example.org"], ["config", "user.name", "b"]):
+        _git(tmp_path, *args)
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    for path in ("catalog.py", "BENCHMARKS.md", "bench/results/read.json"):
+        (tmp_path / path).write_text("before\n")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "first")
+    commit = _git(tmp_path, "describe", "--always")
+    assert provenance.describe(tmp_path) == commit
+    # A run's own results and tables leave the stamp clean, from the top or from a subfolder.
+    (tmp_path / "BENCHMARKS.md").write_text("after\n")
+    (tmp_path / "bench" / "results" / "read.json").write_text("after\n")
+    assert provenance.describe(tmp_path) == commit
+    assert provenance.describe(tmp_path / "bench") == commit
+    (tmp_path / "catalog.py").write_text("after\n")  # the code that ran is not the commit's
+    assert provenance.describe(tmp_path) == f"{commit}-dirty"
+    assert provenance.describe(tmp_path / "bench") == f"{commit}-dirty"
 
 
 def test_outside_a_checkout_the_commit_is_unknown(tmp_path: Path) -> None:
