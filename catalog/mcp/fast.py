@@ -150,11 +150,7 @@ def fast_request(scope: Scope, body: bytes) -> FastRequest | None:
         return None  # a progress token or anything else: the SDK's to interpret
     if not isinstance(classify_inbound_request(message, headers=dict(headers)), InboundModernRoute):
         return None
-    try:
-        # The SDK's own check of the params for this method and version (its runner's first step):
-        # what it refuses, ``clientCapabilities: 5`` say, is refused by it, not answered here.
-        validate_client_request(method, envelope[PROTOCOL_VERSION_META_KEY], params)
-    except (ValueError, KeyError):  # a pydantic ValidationError is a ValueError
+    if not sdk_accepts(method, envelope[PROTOCOL_VERSION_META_KEY], params):
         return None
     if method == READ:
         uri = params.get("uri")
@@ -167,6 +163,35 @@ def fast_request(scope: Scope, body: bytes) -> FastRequest | None:
     if method == LISTEN:
         return _listen_request(request_id, params) if accepts_sse else None
     return _completion_request(request_id, params)
+
+
+_ACCEPTED_PARAMS: dict[bytes, bool] = {}
+ACCEPTED_PARAMS_KEPT = 4096  # distinct (method, version, params) verdicts kept; then it starts again
+
+
+def sdk_accepts(method: str, version: object, params: dict[str, Any]) -> bool:
+    """The SDK's own check of the params for this method and version (its runner's first step):
+    what it refuses, ``clientCapabilities: 5`` say, is refused by it, not answered here.
+
+    Its verdict is a function of the three alone, so it is kept per canonical JSON of them (an
+    agent reading the same URI again sends the same params with another id): the same verdict,
+    without the model's validation each time."""
+    try:
+        key = orjson.dumps([method, version, params], option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # an integer beyond 64 bits: asked every time
+        key = None
+    if key is not None and (verdict := _ACCEPTED_PARAMS.get(key)) is not None:
+        return verdict
+    try:
+        validate_client_request(method, version, params)  # type: ignore[arg-type]
+        verdict = True
+    except (ValueError, KeyError, TypeError):  # a pydantic ValidationError is a ValueError
+        verdict = False
+    if key is not None:
+        if len(_ACCEPTED_PARAMS) >= ACCEPTED_PARAMS_KEPT:
+            _ACCEPTED_PARAMS.clear()
+        _ACCEPTED_PARAMS[key] = verdict
+    return verdict
 
 
 def _strings(value: object, keys: frozenset[str] | None = None) -> TypeGuard[dict[str, str]]:
