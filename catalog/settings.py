@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
@@ -212,9 +213,11 @@ class Settings(BaseSettings):
     def ensure_home(self) -> Path:
         try:
             self.home.mkdir(parents=True, exist_ok=True)
-            probe = self.home / ".write-probe"
-            probe.write_text("")
-            probe.unlink()
+            # A probe of this process's own: ``serve`` and a command (or two hosts) sharing a home
+            # start at once, and one fixed name let one remove the other's probe mid-check.
+            handle, probe = tempfile.mkstemp(prefix=".write-probe-", dir=self.home)
+            os.close(handle)
+            os.unlink(probe)
         except OSError as exc:
             raise ConfigError(f"CATALOG_HOME {self.home} is not writable: {exc.strerror or exc}") from None
         return self.home
